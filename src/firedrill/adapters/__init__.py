@@ -1,0 +1,1 @@
+"""Adapters: the edge where firedrill meets I/O: HTTP servers, Kubernetes, Prometheus, files."""

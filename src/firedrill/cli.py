@@ -1,0 +1,282 @@
+"""The ``firedrill`` command line: parse, build settings, call a use case, render the result.
+
+Exit codes: 0 success; 1 expectations not met; 2 usage error (Click's convention); 3 aborted by a
+stop condition; 4 a spec or other input error (a clear message, nothing run).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from firedrill import __version__
+from firedrill.errors import FiredrillError, SpecError
+from firedrill.model.series import Series
+from firedrill.model.spec import FleetSpec
+
+app = typer.Typer(
+    name="firedrill",
+    help="Incident response and DR game days for GPU inference and training fleets.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+twin_app = typer.Typer(help="Run the built-in digital twin of a GPU fleet.", no_args_is_help=True)
+app.add_typer(twin_app, name="twin")
+
+console = Console()
+err = Console(stderr=True)
+
+EXIT_SPEC = 4
+
+
+class SchemaKind(StrEnum):
+    fleet = "fleet"
+
+
+class SeriesFormat(StrEnum):
+    openmetrics = "openmetrics"
+    promtool = "promtool"
+    none = "none"
+
+
+def _fail(exc: FiredrillError) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {exc}")
+    return typer.Exit(EXIT_SPEC)
+
+
+def _load_fleet(path: Path) -> tuple[FleetSpec, str]:
+    from firedrill.specfile import load_fleet, spec_sha256
+
+    try:
+        return load_fleet(path), spec_sha256(path)
+    except SpecError as exc:
+        raise _fail(exc) from exc
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    if version:
+        console.print(f"firedrill {__version__}")
+        raise typer.Exit(0)
+
+
+@app.command()
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec.")]) -> None:
+    """Print the JSON Schema of a spec (for editors and CI validation)."""
+    from firedrill.specfile import json_schema
+
+    models = {SchemaKind.fleet: FleetSpec}
+    sys.stdout.write(json.dumps(json_schema(models[kind]), indent=2, sort_keys=False) + "\n")
+
+
+def _parse_window(window: str | None, hours: float) -> tuple[float, float]:
+    if window is None:
+        return 0.0, hours * 3600.0
+    try:
+        a, b = (float(x) for x in window.split(":", 1))
+    except ValueError as exc:
+        raise typer.BadParameter("expected START:END in seconds, e.g. 0:3600") from exc
+    if not 0 <= a < b:
+        raise typer.BadParameter("window must satisfy 0 <= START < END")
+    return a, b
+
+
+@twin_app.command("run")
+def twin_run(
+    fleet: Annotated[Path, typer.Argument(help="Fleet spec (YAML).")],
+    hours: Annotated[float, typer.Option(min=0.001, max=24 * 14, help="Simulated hours.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed: same spec + seed, same result.")] = 0,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("out/twin"),
+    series: Annotated[
+        SeriesFormat, typer.Option(help="Series export written to OUT (none to skip).")
+    ] = SeriesFormat.openmetrics,
+    window: Annotated[
+        str | None, typer.Option(help="Series window START:END in simulated seconds.")
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar or table.")] = False,
+) -> None:
+    """Run the twin; write OUT/summary.json and the series; print a summary table."""
+    from firedrill.twin.run import run_twin, summarize
+
+    spec, digest = _load_fleet(fleet)
+    start_s, end_s = _parse_window(window, hours)
+    out.mkdir(parents=True, exist_ok=True)
+    total_s = hours * 3600.0
+    wall0 = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]twin[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"{spec.name} {hours:g} h", total=total_s)
+        twin = run_twin(
+            spec,
+            seed=seed,
+            hours=hours,
+            record=series is not SeriesFormat.none,
+            progress=lambda done: progress.update(task, completed=done),
+            progress_every_s=max(60.0, total_s / 200.0),
+        )
+    wall = time.perf_counter() - wall0
+    summary = summarize(twin, spec_sha256=digest)
+    summary["wall_seconds"] = round(wall, 3)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if series is not SeriesFormat.none:
+        _write_series(twin, out, series, start_s, min(end_s, twin.t))
+    if not quiet:
+        _print_summary(summary)
+        console.print(f"wrote [bold]{out / 'summary.json'}[/] in {wall:.2f} s wall")
+
+
+def _all_series(twin: Any, start_s: float, end_s: float) -> list[Series]:
+    out: list[Series] = []
+    for name in twin.series_names():
+        out.extend(twin.query(name, start_s=start_s, end_s=end_s))
+    return out
+
+
+def _write_series(twin: Any, out: Path, fmt: SeriesFormat, start_s: float, end_s: float) -> None:
+    from firedrill.twin.exposition import to_openmetrics, to_promtool_input_series
+
+    series = [_public(s) for s in _all_series(twin, start_s, end_s)]
+    if fmt is SeriesFormat.openmetrics:
+        (out / "series.om.txt").write_text(to_openmetrics(series))
+    else:
+        text = to_promtool_input_series(
+            series, interval_s=twin.spec.scrape_interval_s, start_s=start_s, end_s=end_s
+        )
+        (out / "input_series.yaml").write_text(text)
+
+
+def _public(s: Series) -> Series:
+    """Strip the store's internal family suffix ('name|variant') from a series name."""
+    return Series(s.name.split("|", 1)[0], s.labels, s.t_s, s.values)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    table = Table(
+        title=f"twin {summary['fleet']}: {summary['sim_seconds']:g} s, seed {summary['seed']}",
+        box=None,
+        header_style="bold",
+    )
+    for col in ("cell", "model", "requests", "err", "p50", "p99", "queue", "util", "KV", "ready"):
+        table.add_column(col, justify="left" if col in ("cell", "model") else "right")
+    for name, c in summary["cells"].items():
+        for model, m in c["models"].items():
+            errors = m["errors"] / max(m["requests"], 1)
+            table.add_row(
+                name,
+                model,
+                _count(m["requests"]),
+                f"{errors * 100:.2f}%",
+                _ms(m["ttft_p50_s"]),
+                _ms(m["ttft_p99_s"]),
+                _ms(m["mean_queue_wait_s"]),
+                f"{(m['utilization'] or 0) * 100:.0f}%",
+                f"{(m['kv_usage_mean'] or 0) * 100:.0f}%",
+                f"{m['ready_replicas_mean'] or 0:.0f}",
+            )
+    console.print(table)
+    console.print("p50/p99: TTFT; queue: mean wait for a seat; util: of saturation throughput")
+    faults = summary["gpu_fault_events"]
+    console.print(
+        f"GPU fault events: {sum(faults.values())} "
+        f"({summary['gpu_fault_events_remediable']} remediable, "
+        f"{summary['gpu_fault_events_phantom']} phantom) "
+        + (", ".join(f"{k}={v}" for k, v in faults.items()) if faults else "")
+    )
+
+
+def _count(n: int) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.0f} ms"
+
+
+@twin_app.command("serve")
+def twin_serve(
+    fleet: Annotated[Path, typer.Argument(help="Fleet spec (YAML).")],
+    speed: Annotated[
+        float, typer.Option(min=0.1, max=10_000, help="Simulated s per wall s.")
+    ] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 9400,
+    hours: Annotated[
+        float,
+        typer.Option(
+            min=0.0, help="Stop after this many simulated hours (0: run until interrupted)."
+        ),
+    ] = 0.0,
+) -> None:
+    """Run the twin live and serve its series on /metrics for a real Prometheus to scrape."""
+    from firedrill.adapters.metrics_server import MetricsServer
+    from firedrill.twin.engine import Twin
+    from firedrill.twin.exposition import to_openmetrics, to_prometheus_text
+
+    spec, _ = _load_fleet(fleet)
+    twin = Twin(spec, seed, hours_hint=max(hours, 1.0))
+    lock = threading.Lock()
+
+    def latest() -> list[Series]:
+        with lock:
+            t = twin.store.times[-1] if twin.store.times else 0.0
+            return [_public(s) for s in _all_series(twin, t, t)]
+
+    def render() -> str:
+        return to_prometheus_text(latest())
+
+    def render_om() -> str:
+        return to_openmetrics(latest(), with_timestamps=False)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = MetricsServer(render, host=host, port=port, render_openmetrics=render_om)
+    server.start()
+    console.print(f"serving [bold]{spec.name}[/] on {server.url}/metrics at {speed:g}x")
+    wall0 = time.monotonic()
+    try:
+        while not stop.is_set():
+            target = (time.monotonic() - wall0) * speed
+            if hours and twin.t >= hours * 3600.0:
+                break
+            with lock:
+                while twin.t + spec.dt_s <= target:
+                    twin.step()
+            stop.wait(min(0.25, max(spec.dt_s / speed, 0.01)))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        console.print(f"stopped at simulated {twin.t:.0f} s")
+
+
+def main() -> None:
+    try:
+        app()
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        sys.exit(EXIT_SPEC)

@@ -1,0 +1,61 @@
+"""The exception tree of firedrill, in one place so callers know what to catch.
+
+    FiredrillError
+    ├── SpecError              a spec file is malformed: carries file, line and field
+    ├── UnknownTargetError     an operation names a node, cell, model, ... that does not exist
+    ├── OperationError         an operation is well-formed but cannot be applied in this state
+    └── ExportError            a window or series selection cannot be exported
+
+Adapters map third-party exceptions onto these and chain them with ``from exc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class FiredrillError(Exception):
+    """Base of every error firedrill raises on purpose."""
+
+
+class SpecError(FiredrillError):
+    """A spec is malformed; names the file, the line and the field.
+
+    When validation finds several problems the message names the first, and ``errors`` holds
+    all of them (the first included); otherwise ``errors`` is empty.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str,
+        line: int | None,
+        field: str | None,
+        errors: Sequence[SpecError] = (),
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.field = field
+        self.reason = message
+        self.errors: tuple[SpecError, ...] = tuple(errors)
+        where = file if line is None else f"{file}:{line}"
+        what = f" field '{field}'" if field else ""
+        super().__init__(f"{where}:{what} {message}".replace(": :", ":"))
+
+
+class UnknownTargetError(FiredrillError):
+    """An operation names a target that does not exist in the fleet."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f"unknown {kind} '{name}'")
+
+
+class OperationError(FiredrillError):
+    """An operation cannot be applied in the fleet's current state."""
+
+
+class ExportError(FiredrillError):
+    """Series cannot be exported as asked."""

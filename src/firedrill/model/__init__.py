@@ -1,0 +1,1 @@
+"""Typed domain objects shared by every layer: specs, operations, change events, series."""

@@ -1,0 +1,305 @@
+"""Typed operations on a fleet. Applying one through ``Fleet.apply`` returns its inverse.
+
+Every lever, injection and remediation is one of these values. Recording the inverse *before*
+the operation is applied is what makes levers reversible and drills auto-reverting; so the inverse
+is computed from the fleet's current state, not guessed by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+WorkloadClass = Literal["inference", "training"]
+
+
+@dataclass(frozen=True)
+class Cordon:
+    node: str
+
+
+@dataclass(frozen=True)
+class Uncordon:
+    node: str
+
+
+@dataclass(frozen=True)
+class Taint:
+    node: str
+    key: str
+    value: str
+    effect: TaintEffect = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Untaint:
+    node: str
+    key: str
+    effect: TaintEffect = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Label:
+    """Set (value) or remove (value None) a node label."""
+
+    node: str
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Cordon and evict the given workload classes; DaemonSets stay (they hold the evidence)."""
+
+    node: str
+    classes: tuple[WorkloadClass, ...] = ("inference", "training")
+
+
+@dataclass(frozen=True)
+class SetRouteWeights:
+    """Set the global route's per-cell weights for a model (cells not named keep theirs)."""
+
+    model: str
+    weights: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class QuarantineCell:
+    """Stop new routing to a cell; running requests and replicas stay."""
+
+    cell: str
+
+
+@dataclass(frozen=True)
+class UnquarantineCell:
+    cell: str
+
+
+@dataclass(frozen=True)
+class PauseScaler:
+    """KEDA's paused-replicas: pin the model's scaler in a cell at a replica count."""
+
+    model: str
+    cell: str
+    replicas: int
+
+
+@dataclass(frozen=True)
+class UnpauseScaler:
+    model: str
+    cell: str
+
+
+@dataclass(frozen=True)
+class SetReplicas:
+    model: str
+    cell: str
+    replicas: int
+
+
+@dataclass(frozen=True)
+class StartRollout:
+    """Begin a weights canary: share of the model's traffic on the new digest, per cell."""
+
+    model: str
+    digest: str
+    canary_percent: int
+
+
+@dataclass(frozen=True)
+class AbortRollout:
+    model: str
+
+
+@dataclass(frozen=True)
+class PromoteRollout:
+    model: str
+
+
+@dataclass(frozen=True)
+class RestoreRollout:
+    """Inverse of abort/promote: put a rollout back at a digest and step."""
+
+    model: str
+    stable_digest: str
+    canary_digest: str | None
+    canary_percent: int
+
+
+@dataclass(frozen=True)
+class SetFlag:
+    """A kill-switch flag (toolgw-flags style); value None removes it."""
+
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class QuarantinePod:
+    """Label a pod ir.corp/quarantine=true: cut off, kept for evidence."""
+
+    pod: str
+
+
+@dataclass(frozen=True)
+class UnquarantinePod:
+    pod: str
+
+
+@dataclass(frozen=True)
+class PromoteDigest:
+    """Publish a weights digest as current in a region (replicated to others with lag)."""
+
+    model: str
+    region: str
+    digest: str
+    signed: bool = True
+    attested: bool = True
+
+
+@dataclass(frozen=True)
+class RestoreDigest:
+    """Inverse of a promotion: the region serves the previous digest again."""
+
+    model: str
+    region: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class PauseReplication:
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class ResumeReplication:
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Cut connectivity.
+
+    'cell-registry': a cell (a) cannot reach its region's registry (b = region name);
+    'region-region': regions a and b cannot reach each other (traffic, replication, services);
+    'region-edge': users cannot reach region a's cells through the global edge (b = "edge").
+    """
+
+    kind: Literal["cell-registry", "region-region", "region-edge"]
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class Heal:
+    kind: Literal["cell-registry", "region-region", "region-edge"]
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class DenyCapacity:
+    """Insufficient-capacity errors for new GPU nodes in a region."""
+
+    region: str
+
+
+@dataclass(frozen=True)
+class AllowCapacity:
+    region: str
+
+
+@dataclass(frozen=True)
+class InjectDcgmField:
+    """As ``dcgmi test --inject --gpuid G -f FIELD -v VALUE``: DCGM's view only."""
+
+    node: str
+    gpu: int
+    field_id: int
+    value: float
+
+
+@dataclass(frozen=True)
+class ClearDcgmField:
+    node: str
+    gpu: int
+    field_id: int
+    value: float = 0.0
+
+
+@dataclass(frozen=True)
+class InjectLinkFlap:
+    """An NVLink/IB flap on a node: a TP replica spanning the link is lost whole."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class ClearLinkFlap:
+    node: str
+
+
+@dataclass(frozen=True)
+class InjectThermal:
+    """Thermal stress on a GPU: the replica on it decodes ``slowdown`` times slower."""
+
+    node: str
+    gpu: int
+    slowdown: float = 2.0
+
+
+@dataclass(frozen=True)
+class ClearThermal:
+    node: str
+    gpu: int
+
+
+@dataclass(frozen=True)
+class SetServingConfig:
+    """A CatalogBundle change of serving config for a model (max_num_seqs, gpu_memory_util)."""
+
+    model: str
+    bundle_digest: str
+    max_num_seqs: int
+    gpu_memory_utilization: float
+
+
+@dataclass(frozen=True)
+class SetNodeVersion:
+    """A node-layer change (driver, firmware, kernel, node_image, gpu_operator, dcgm_exporter)."""
+
+    node: str
+    component: Literal[
+        "driver", "firmware", "kernel", "node_image", "gpu_operator", "dcgm_exporter"
+    ]
+    version: str
+
+
+@dataclass(frozen=True)
+class Noop:
+    """The inverse of an operation that needs no undo (e.g. a read-only injection)."""
+
+    reason: str = ""
+
+
+Operation = (
+    Cordon | Uncordon | Taint | Untaint | Label | Drain | SetRouteWeights | QuarantineCell
+    | UnquarantineCell | PauseScaler | UnpauseScaler | SetReplicas | StartRollout | AbortRollout
+    | PromoteRollout | RestoreRollout | SetFlag | QuarantinePod | UnquarantinePod | PromoteDigest
+    | RestoreDigest | PauseReplication | ResumeReplication | Partition | Heal | DenyCapacity
+    | AllowCapacity | InjectDcgmField | ClearDcgmField | InjectLinkFlap | ClearLinkFlap
+    | InjectThermal | ClearThermal | SetServingConfig | SetNodeVersion | Noop
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The journal record of one applied operation: what, its inverse, when."""
+
+    op: Operation
+    inverse: Operation
+    at_s: float
+    notes: tuple[str, ...] = field(default=())

@@ -1,0 +1,55 @@
+"""The three ports the control plane talks to: Fleet, Signals, Clock.
+
+The control plane (detection, remediation, incident command, drills) depends only on these
+Protocols. The twin implements all three in-process on a simulated clock; the real adapters use
+the Kubernetes API, the Prometheus HTTP API and the wall clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from firedrill.model.changes import ChangeEvent
+from firedrill.model.operations import Operation
+from firedrill.model.series import Series
+from firedrill.model.state import CellView, NodeView
+
+
+class Clock(Protocol):
+    def now_s(self) -> float:
+        """Seconds since the run's epoch."""
+        ...
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of time pass (the twin steps; a wall clock sleeps)."""
+        ...
+
+
+class Fleet(Protocol):
+    def apply(self, op: Operation) -> Operation:
+        """Apply a typed operation; return its inverse. Unknown targets raise."""
+        ...
+
+    def node(self, name: str) -> NodeView: ...
+
+    def nodes(self, *, cell: str | None = None) -> Sequence[NodeView]: ...
+
+    def cells(self) -> Sequence[CellView]: ...
+
+    def changes(self, *, since_s: float, cell: str | None = None) -> Sequence[ChangeEvent]: ...
+
+
+class Signals(Protocol):
+    def series_names(self) -> Sequence[str]: ...
+
+    def query(
+        self,
+        name: str,
+        matchers: Mapping[str, str] | None = None,
+        *,
+        start_s: float,
+        end_s: float,
+    ) -> Sequence[Series]:
+        """Series with this name whose labels equal ``matchers``, sampled in [start, end]."""
+        ...

@@ -1,0 +1,302 @@
+"""Spec files on disk: YAML in, validated Pydantic models out, or a `SpecError` that says where.
+
+A person edits these files, so an error must point at the line to fix. PyYAML's plain loaders
+forget where each value came from, and Pydantic reports a path (`loc`) into the data, not into the
+file. So the file is composed into PyYAML's node tree first (every node keeps its line), checked
+for duplicate keys there (PyYAML would silently keep the last one), constructed into plain data,
+and validated; each Pydantic `loc` is then walked down the node tree to find its line.
+
+Errors raised by a model validator carry no `loc` beyond the model they sit on. For those the
+line is a best effort: the quoted names in the message (``product 'chat' serves unknown model
+'llm-x'``) are looked up in the node tree, and the rarest one found is taken as the culprit.
+
+This is the only module that reads spec files; the model (`firedrill.model.spec`) stays pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+from yaml.reader import ReaderError
+
+from firedrill.errors import SpecError
+from firedrill.model.spec import FleetSpec
+
+M = TypeVar("M", bound=BaseModel)
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+_Loc = tuple[int | str, ...]
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_QUOTED_RE = re.compile(r"'([^']+)'")
+# Model-validator error types: their loc stops at the model, so the message is searched.
+_VALIDATOR_ERROR_TYPES = frozenset({"value_error", "assertion_error"})
+_MAX_INPUT_CHARS = 40
+
+
+def load_spec(path: str | Path, model: type[M]) -> M:
+    """Read, parse and validate one spec file; any problem becomes a `SpecError`."""
+    file = str(path)
+    text = _read_text(Path(path), file)
+    root, data = _parse(text, file)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, root, file) from exc
+
+
+def load_fleet(path: str | Path) -> FleetSpec:
+    """Read and validate a fleet spec."""
+    return load_spec(path, FleetSpec)
+
+
+def spec_sha256(path: str | Path) -> str:
+    """SHA-256 (hex) of the file's raw bytes: the digest every report records."""
+    return hashlib.sha256(_read_bytes(Path(path), str(path))).hexdigest()
+
+
+def json_schema(model: type[BaseModel], *, title: str | None = None) -> dict[str, Any]:
+    """The model's JSON Schema (draft 2020-12), for editors and reviewers of spec files."""
+    schema = model.model_json_schema()
+    body = {k: v for k, v in schema.items() if k not in ("$schema", "title")}
+    return {"$schema": JSON_SCHEMA_DIALECT, "title": title or model.__name__, **body}
+
+
+# --- reading and parsing -------------------------------------------------------------------------
+
+
+def _read_bytes(path: Path, file: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise SpecError("no such file", file=file, line=None, field=None) from exc
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise SpecError(f"cannot read: {reason}", file=file, line=None, field=None) from exc
+
+
+def _read_text(path: Path, file: str) -> str:
+    raw = _read_bytes(path, file)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError("not valid UTF-8", file=file, line=line, field=None) from exc
+
+
+def _parse(text: str, file: str) -> tuple[yaml.Node, Any]:
+    """Compose the node tree, reject duplicate keys, then construct plain data from the tree."""
+    try:
+        loader = yaml.SafeLoader(text)  # checks for unprintable characters already
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                raise SpecError("the file holds no document", file=file, line=None, field=None)
+            _check_duplicate_keys(root, (), file, set())
+            return root, loader.construct_document(root)
+        finally:
+            loader.dispose()
+    except ValueError as exc:  # a well-formed scalar with an impossible value, e.g. a date
+        raise SpecError(f"invalid YAML value: {exc}", file=file, line=None, field=None) from exc
+    except yaml.MarkedYAMLError as exc:
+        raise SpecError(
+            f"invalid YAML: {_yaml_reason(exc)}", file=file, line=_yaml_line(exc), field=None
+        ) from exc
+    except ReaderError as exc:
+        line = text[: int(exc.position)].count("\n") + 1
+        raise SpecError(f"invalid YAML: {exc.reason}", file=file, line=line, field=None) from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"invalid YAML: {exc}", file=file, line=None, field=None) from exc
+
+
+def _yaml_line(exc: yaml.MarkedYAMLError) -> int | None:
+    mark = exc.problem_mark or exc.context_mark
+    return None if mark is None else int(mark.line) + 1
+
+
+def _yaml_reason(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's problem, with the construct it was inside and where that starts."""
+    problem = exc.problem or exc.context or "malformed"
+    if exc.problem and exc.context:
+        if exc.context_mark is not None and exc.context_mark != exc.problem_mark:
+            return f"{problem} ({exc.context}, which starts on line {exc.context_mark.line + 1})"
+        return f"{problem} ({exc.context})"
+    return problem
+
+
+def _check_duplicate_keys(node: yaml.Node, path: _Loc, file: str, seen: set[int]) -> None:
+    if id(node) in seen:  # an alias to a node already checked (or a recursive anchor)
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != _MERGE_TAG:
+                here = (key.tag, key.value)
+                if here in first_line:
+                    raise SpecError(
+                        f"duplicate key '{key.value}' (first on line {first_line[here]})",
+                        file=file,
+                        line=_line(key),
+                        field=_format_field((*path, key.value)),
+                    )
+                first_line[here] = _line(key)
+                _check_duplicate_keys(value, (*path, key.value), file, seen)
+            else:
+                _check_duplicate_keys(value, path, file, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(item, (*path, i), file, seen)
+
+
+# --- from Pydantic's loc to a line ---------------------------------------------------------------
+
+
+def _validation_error(exc: ValidationError, root: yaml.Node, file: str) -> SpecError:
+    # Report in file order: the first error a reader meets is the first one to fix.
+    ranked = sorted((_one_error(err, root, file) for err in exc.errors()), key=lambda r: r[0])
+    found = [error for _, error in ranked]
+    first = found[0]
+    return SpecError(first.reason, file=file, line=first.line, field=first.field, errors=found)
+
+
+def _one_error(err: ErrorDetails, root: yaml.Node, file: str) -> tuple[tuple[int, bool], SpecError]:
+    """The error as a `SpecError`, and when a reader would notice it (line, then missing last)."""
+    loc: _Loc = tuple(err["loc"])
+    missing = err["type"] == "missing"
+    node, line, path = _locate(root, loc, missing=missing)
+    # A missing field shows only where its mapping ends, so a typo'd key inside the mapping
+    # (an unknown field and a missing one, both from the same slip) is reported first.
+    noticed = int(node.end_mark.line) + 1 if missing else line
+    if err["type"] in _VALIDATOR_ERROR_TYPES and not isinstance(node, yaml.ScalarNode):
+        hit = _culprit(node, err["msg"])
+        if hit is not None:
+            line, sub = hit
+            noticed, path = line, (*path, *sub)
+    error = SpecError(_reason(err), file=file, line=line, field=_format_field(path))
+    return (noticed, missing), error
+
+
+def _locate(root: yaml.Node, loc: _Loc, *, missing: bool) -> tuple[yaml.Node, int, _Loc]:
+    """Walk `loc` down the tree: the deepest node reached, its line and the path that names it.
+
+    A part that does not resolve is skipped (a union member's tag, a dict key's ``[key]``),
+    except the name of a missing field: it stays in the path, and the line is the mapping's.
+    """
+    node, line = root, _line(root)
+    path: _Loc = ()
+    for part in loc:
+        child = _child(node, part)
+        if child is not None:
+            line, node = child
+            path = (*path, part)
+    if missing and loc and _child(node, loc[-1]) is None:
+        path = (*path, loc[-1])
+    return node, line, path
+
+
+def _child(node: yaml.Node, part: int | str) -> tuple[int, yaml.Node] | None:
+    """The line that introduces `part` under `node` (the key's line in a mapping) and its value."""
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+        if 0 <= part < len(node.value):
+            item: yaml.Node = node.value[part]
+            return _line(item), item
+    elif isinstance(node, yaml.MappingNode) and isinstance(part, str):
+        for key, value in _pairs(node):
+            if isinstance(key, yaml.ScalarNode) and key.value == part:
+                return _line(key), value
+    return None
+
+
+def _pairs(node: yaml.MappingNode) -> Iterator[tuple[yaml.Node, yaml.Node]]:
+    """A mapping's own pairs, then those it merges in with ``<<`` (own keys win, so come first)."""
+    merged: list[yaml.Node] = []
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.tag == _MERGE_TAG:
+            merged.extend(value.value if isinstance(value, yaml.SequenceNode) else [value])
+        else:
+            yield key, value
+    for source in merged:
+        if isinstance(source, yaml.MappingNode):
+            yield from _pairs(source)
+
+
+def _culprit(node: yaml.Node, message: str) -> tuple[int, _Loc] | None:
+    """Best-effort line and sub-path for a model validator's message, searched under `node`.
+
+    Of the names quoted in the message, the one with the fewest occurrences wins (an unknown
+    name usually occurs once, a region name everywhere), later names winning ties (messages end
+    with the offending name); its last occurrence is taken (a name declared twice is wrong the
+    second time). With no quoted name, a key of `node` named in the message (or its singular:
+    "tenant shares" names ``tenants``) is taken.
+    """
+    best: list[tuple[int, _Loc]] = []
+    for name in reversed(_QUOTED_RE.findall(message)):
+        hits = list(_occurrences(node, name, (), set()))
+        if hits and (not best or len(hits) < len(best)):
+            best = hits
+    if best:
+        return max(best, key=lambda hit: hit[0])
+    if isinstance(node, yaml.MappingNode):
+        for key, _value in _pairs(node):
+            if isinstance(key, yaml.ScalarNode):
+                words = {key.value, key.value.removesuffix("s")}
+                if any(re.search(rf"\b{re.escape(w)}\b", message) for w in words if w):
+                    return _line(key), (key.value,)
+    return None
+
+
+def _occurrences(
+    node: yaml.Node, name: str, path: _Loc, seen: set[int]
+) -> Iterator[tuple[int, _Loc]]:
+    """Every scalar key or value equal to `name` under `node`, with its line and path."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        if node.value == name:
+            yield _line(node), path
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _occurrences(item, name, (*path, i), seen)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in _pairs(node):
+            if not isinstance(key, yaml.ScalarNode):
+                continue
+            if key.value == name:
+                yield _line(key), (*path, key.value)
+            yield from _occurrences(value, name, (*path, key.value), seen)
+
+
+def _reason(err: ErrorDetails) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown field (a typo?)"
+    msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    given = err.get("input")
+    if kind not in _VALIDATOR_ERROR_TYPES and isinstance(given, str | int | float | bool):
+        shown = repr(given)
+        if len(shown) > _MAX_INPUT_CHARS:
+            shown = shown[: _MAX_INPUT_CHARS - 3] + "..."
+        msg = f"{msg} (got {shown})"
+    return msg
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1  # PyYAML counts from 0, editors from 1
+
+
+def _format_field(path: _Loc) -> str | None:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None

@@ -1,0 +1,1789 @@
+"""The twin: a time-stepped, vectorised model of a multi-region GPU fleet.
+
+It implements the three ports in-process: ``Fleet`` (state and typed operations, each returning
+its inverse), ``Signals`` (series under the real exporters' names) and ``Clock`` (simulated time).
+Same spec + seed gives the same run bit for bit: every random draw comes from one generator seeded
+from the run's seed, and nothing reads the wall clock.
+
+Layout: per-pool arrays (a pool is one model in one cell) carry the serving state and are updated
+every step; replicas, nodes and pulls change rarely and are driven by an event heap, so the cost
+of a step does not grow with the number of nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from firedrill.errors import OperationError, UnknownTargetError
+from firedrill.model import operations as ops
+from firedrill.model.changes import ChangeEvent, ChangeStream
+from firedrill.model.series import Labels, Series, labels_of
+from firedrill.model.spec import (
+    VLLM_TPOT_BUCKETS_S,
+    VLLM_TTFT_BUCKETS_S,
+    FleetSpec,
+    ModelSpec,
+    Versions,
+)
+from firedrill.model.state import CellView, NodeView, ReplicaCounts
+from firedrill.twin.demand import Demand
+from firedrill.twin.faults import FaultEvent, FaultProcess
+from firedrill.twin.recorder import SeriesStore
+from firedrill.twin.serving import (
+    PoolShape,
+    TtftBinner,
+    decode_step_s,
+    fine_edges,
+    kv_capacity_tokens,
+    mean_prefill_s,
+)
+from firedrill.twin.supply import Supply
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+# Replica lifecycle states.
+PENDING, PULLING, LOADING, WARMING, READY, DRAINING, EJECTED, GONE = range(8)
+STATE_NAMES = ("cold", "pulling", "loading", "warming", "ready", "draining", "ejected", "gone")
+LIVE = (PENDING, PULLING, LOADING, WARMING, READY, EJECTED)
+
+RECONCILE_EVERY_S = 5.0
+AUTOSCALE_EVERY_S = 15.0
+RESTART_BACKOFF_S = 10.0
+DRAIN_GRACE_S = 30.0
+CROSS_REGION_RTT_S = 0.07
+OOM_CRASH_PER_S = 1.0 / 900.0  # crash rate of a replica whose gpu_memory_utilization is too high
+LINK_FLAP_S = (30.0, 180.0)  # a link flap lasts this long (uniform)
+THERMAL_S = (600.0, 3600.0)
+DCGM_XID, DCGM_ECC_DBE, DCGM_PCIE_REPLAY = 230, 319, 202
+TTFT_EXPORT = np.array(VLLM_TTFT_BUCKETS_S)
+TPOT_EXPORT = np.array(VLLM_TPOT_BUCKETS_S)
+# Fatal XIDs: the GPU is unusable until reset/reboot (replicas on it cannot restart).
+FATAL_XIDS = frozenset({48, 62, 64, 79, 95, 119, 120, 140})
+APP_XIDS = frozenset({13, 31, 43, 45, 94, 109})
+
+
+@dataclass
+class Node:
+    name: str
+    region: int
+    cell: int
+    pool: str
+    role: str
+    gpus: int
+    nic_gbps: float  # GB/s
+    versions: dict[str, str]
+    free: list[int]  # free GPU indices
+    ready: bool = True
+    cordoned: bool = False
+    taints: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (value, effect)
+    labels: dict[str, str] = field(default_factory=dict)
+    cache: set[int] = field(default_factory=set)  # digests on local disk
+    failed_gpus: set[int] = field(default_factory=set)
+    link_down: bool = False
+    replicas: set[int] = field(default_factory=set)
+
+    @property
+    def schedulable(self) -> bool:
+        return (
+            self.ready
+            and not self.cordoned
+            and self.role == "serving"
+            and not any(eff in ("NoSchedule", "NoExecute") for _, eff in self.taints.values())
+        )
+
+
+@dataclass
+class Replica:
+    id: int
+    model: int
+    cell: int
+    digest: int
+    state: int = PENDING
+    node: int = -1
+    gpus: tuple[int, ...] = ()
+    token: int = 0  # invalidates stale heap events
+    slowdown: float = 1.0
+
+    @property
+    def pod(self) -> str:
+        return f"r{self.id:06d}"
+
+
+@dataclass(frozen=True)
+class DigestInfo:
+    model: int
+    digest: str
+    signed: bool
+    attested: bool
+
+
+class Twin:
+    """The digital twin of a fleet. Construct from a validated ``FleetSpec`` and a seed."""
+
+    def __init__(self, spec: FleetSpec, seed: int, *, record: bool = True, hours_hint: float = 1.0):
+        self.spec = spec
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.dt = spec.dt_s
+        self.t = 0.0
+        self.step_no = 0
+        self._heap: list[tuple[float, int, str, tuple[int, ...]]] = []
+        self._seq = 0
+        self.changes_log: list[ChangeEvent] = []
+        self.journal: list[ops.Applied] = []
+        self._build_topology()
+        self._build_pools()
+        self.demand = Demand(spec, self.rng)
+        self.faults = FaultProcess(spec.faults, len(self.nodes), 8, self.rng)
+        self._refresh_bad_exporters()
+        self.supply = Supply([r.registry for r in spec.regions])
+        self.fault_log: list[FaultEvent] = []
+        self.dcgm: dict[tuple[int, int, int], float] = {}  # (node, gpu, field) -> value
+        self.flags: dict[str, str] = {}
+        self.quarantined_pods: set[str] = set()
+        self.partitions: set[tuple[str, str, str]] = set()
+        self.replication_paused: set[tuple[int, int]] = set()
+        self.pending_replication: list[tuple[int, int, int]] = []  # (source, target, digest)
+        self.capacity_denied: set[int] = set()
+        self.capacity_errors = 0
+        self.admission = {"admitted": 0, "denied": 0}
+        self.scrapes = 0
+        n_scrapes = int(hours_hint * 3600.0 / spec.scrape_interval_s) + 2
+        self.store = SeriesStore(spec.scrape_interval_s, n_scrapes if record else 1)
+        self.record = record
+        self._next_scrape = 0.0
+        self._next_reconcile = 0.0
+        self._next_autoscale = AUTOSCALE_EVERY_S
+        self._place_initial()
+        self._register_series()
+
+    # ------------------------------------------------------------------------------------------
+    # construction
+    def _build_topology(self) -> None:
+        spec = self.spec
+        self.region_names = [r.name for r in spec.regions]
+        self.cell_names: list[str] = []
+        self.cell_region: list[int] = []
+        self.cell_gpu: list[str] = []
+        self.nodes: list[Node] = []
+        self.cell_nodes: list[list[int]] = []
+        for ri, r in enumerate(spec.regions):
+            for c in r.cells:
+                ci = len(self.cell_names)
+                self.cell_names.append(c.name)
+                self.cell_region.append(ri)
+                serving = [p for p in c.node_pools if p.role == "serving"]
+                self.cell_gpu.append(serving[0].gpu if serving else "H100")
+                members: list[int] = []
+                for pool in c.node_pools:
+                    for k in range(pool.nodes):
+                        members.append(len(self.nodes))
+                        self.nodes.append(
+                            Node(
+                                name=f"gpu-{c.name}-{pool.name}-{k:04d}",
+                                region=ri,
+                                cell=ci,
+                                pool=pool.name,
+                                role=pool.role,
+                                gpus=pool.gpus_per_node,
+                                nic_gbps=pool.nic_gbps / 8.0,
+                                versions=dict(pool.versions.model_dump()),
+                                free=list(range(pool.gpus_per_node)),
+                            )
+                        )
+                self.cell_nodes.append(members)
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.cell_index = {c: i for i, c in enumerate(self.cell_names)}
+        self.region_index = {r: i for i, r in enumerate(self.region_names)}
+        self.nic = np.array([n.nic_gbps for n in self.nodes])
+        self.spare_nodes = [r.capacity.spare_nodes for r in spec.regions]
+        self.node_region = np.array([n.region for n in self.nodes], dtype=np.int64)
+        self.node_cell = np.array([n.cell for n in self.nodes], dtype=np.int64)
+
+    def _build_pools(self) -> None:
+        spec = self.spec
+        self.models: list[ModelSpec] = list(spec.models)
+        self.model_index = {m.name: i for i, m in enumerate(self.models)}
+        nm, nc = len(self.models), len(self.cell_names)
+        self.n_pools = nm * nc
+        # digests
+        self.digests: list[DigestInfo] = []
+        self.digest_index: dict[str, int] = {}
+        self.region_digest = np.zeros((nm, len(self.region_names)), dtype=np.int64)
+        self.available: set[tuple[int, int]] = set()
+        for mi, m in enumerate(self.models):
+            d = self._register_digest(mi, m.weights.digest, m.weights.signed, m.weights.attested)
+            self.region_digest[mi, :] = d
+            for ri in range(len(self.region_names)):
+                self.available.add((ri, d))
+        self.bundle = [m.bundle for m in self.models]
+        self.serving_image = [m.serving_image for m in self.models]
+        # desired replicas and route weights
+        self.desired = np.zeros(self.n_pools, dtype=np.int64)
+        self.weights = np.zeros((nm, nc))
+        ci = 0
+        for r in spec.regions:
+            for c in r.cells:
+                for mname, n in c.replicas.items():
+                    mi = self.model_index[mname]
+                    self.desired[mi * nc + ci] = n
+                    self.weights[mi, ci] = n
+                ci += 1
+        for mname, wmap in spec.routes.items():
+            mi = self.model_index[mname]
+            for cname, w in wmap.items():
+                self.weights[mi, self.cell_index[cname]] = w
+        self.cell_quarantined = np.zeros(nc, dtype=bool)
+        self.scaler_paused = np.full(self.n_pools, -1, dtype=np.int64)
+        self.rollout: list[tuple[int, int] | None] = [None] * nm  # (canary digest, percent)
+        self.pool_model = np.repeat(np.arange(nm), nc)
+        self.pool_cell = np.tile(np.arange(nc), nm)
+        self.pool_region = np.array([self.cell_region[c] for c in self.pool_cell], dtype=np.int64)
+
+        # shape arrays
+        def per_pool(f: object) -> F64:
+            vals = [f(self.models[m]) for m in self.pool_model]  # type: ignore[operator]
+            return np.array(vals, dtype=np.float64)
+
+        prod_tokens = {p.model: p.tokens for p in spec.products}
+
+        def tok(m: ModelSpec) -> tuple[float, float, float]:
+            t = prod_tokens.get(m.name)
+            return (
+                (700.0, 0.31, 250.0)
+                if t is None
+                else (t.prompt_median, t.prompt_sigma, t.output_mean)
+            )
+
+        med = per_pool(lambda m: tok(m)[0])
+        sig = per_pool(lambda m: tok(m)[1])
+        self.shape = PoolShape(
+            prefill_a=per_pool(lambda m: m.latency.prefill_a_s),
+            prefill_b=per_pool(lambda m: m.latency.prefill_b_s_per_token),
+            prefill_c=per_pool(lambda m: m.latency.prefill_c_s_per_token2),
+            decode_a=per_pool(lambda m: m.latency.decode_a_s),
+            decode_b=per_pool(lambda m: m.latency.decode_b_s_per_token),
+            decode_c=per_pool(lambda m: m.latency.decode_c_s_per_seq),
+            interference=per_pool(lambda m: m.latency.prefill_interference),
+            cold_penalty=per_pool(lambda m: m.latency.cold_cache_penalty),
+            prompt_mu=np.log(med),
+            prompt_sigma=sig,
+            prompt_mean=med * np.exp(sig**2 / 2.0),
+            prompt_sq_mean=med**2 * np.exp(2.0 * sig**2),
+            output_mean=per_pool(lambda m: tok(m)[2]),
+        )
+        self.cold_decay = per_pool(lambda m: m.latency.cold_cache_decay_s)
+        self.queue_k = int(max(math.ceil(m.queue_timeout_s / self.dt) for m in self.models)) + 1
+        timeout_steps = np.array(
+            [math.ceil(self.models[m].queue_timeout_s / self.dt) for m in self.pool_model]
+        )
+        self.timeout_mask = (np.arange(self.queue_k)[None, :] >= timeout_steps[:, None]).astype(
+            np.int64
+        )
+        self._update_seats()
+        # serving state
+        p = self.n_pools
+        self.ready = np.zeros(p, dtype=np.int64)
+        self.busy = np.zeros(p, dtype=np.int64)
+        self.queue = np.zeros((p, self.queue_k), dtype=np.int64)
+        self.lam = np.zeros(p)
+        self.lam_warm = np.zeros(p)
+        self.slow_sum = np.zeros(p)  # Σ (slowdown - 1) over ready replicas
+        self.binner = TtftBinner(self.shape, self.dt)
+        self._pending_admit = np.zeros((p, self.queue_k), dtype=np.int64)
+        self._factor_acc = np.zeros(p)
+        self._extra_acc = np.zeros(p)
+        ages = np.arange(self.queue_k)
+        self._age_wait = np.where(ages > 0, (ages - 0.5) * self.dt, 0.0)
+        self._pool_range = np.arange(p)
+        self._zeros_i = np.zeros(p, dtype=np.int64)
+        self.pool_dirty = np.ones(p, dtype=bool)
+        self.prefill_mean = mean_prefill_s(self.shape)
+        self.kv_tokens_per_seq = self.shape.prompt_mean + self.shape.output_mean / 2.0
+        self.warm_gain = np.minimum(self.dt / self.cold_decay, 1.0)
+        nr = len(self.region_names)
+        self.region_mask = np.zeros((nr, nc))
+        for ci, ri in enumerate(self.cell_region):
+            self.region_mask[ri, ci] = 1.0
+        self.cross_mask = 1.0 - self.region_mask
+        self.product_to_model = np.zeros((nm, len(spec.products)))
+        for pi, prod in enumerate(spec.products):
+            self.product_to_model[self.model_index[prod.model], pi] = 1.0
+        self.edges = fine_edges()
+        self.ttft_hist = np.zeros((p, self.edges.size + 1), dtype=np.int64)
+        self.ttft_sum = np.zeros(p)
+        self.tpot_hist = np.zeros((p, TPOT_EXPORT.size + 1), dtype=np.int64)
+        self.tpot_sum = np.zeros(p)
+        self.requests = np.zeros(p, dtype=np.int64)
+        self.ok = np.zeros(p, dtype=np.int64)
+        self.errors = np.zeros(p, dtype=np.int64)
+        self.success_stop = np.zeros(p, dtype=np.int64)
+        self.success_length = np.zeros(p, dtype=np.int64)
+        self.preemptions = np.zeros(p, dtype=np.int64)
+        self.queue_wait_sum = np.zeros(p)
+        self.admitted_total = np.zeros(p, dtype=np.int64)
+        self.kv_usage = np.zeros(p)
+        self.kv_usage_sum = np.zeros(p)
+        self.util_sum = np.zeros(p)
+        self.ready_sum = np.zeros(p)
+        self.samples = 0
+        self.generation_tokens = np.zeros(p)
+        self.replicas: list[Replica] = []
+        self.pool_replicas: list[set[int]] = [set() for _ in range(p)]
+        self.state_counts = np.zeros((p, len(STATE_NAMES)), dtype=np.int64)
+        self._last_scale = np.full(p, -1e18)
+        self._oom_models: set[int] = set()
+
+    def _register_digest(self, model: int, digest: str, signed: bool, attested: bool) -> int:
+        if digest in self.digest_index:
+            return self.digest_index[digest]
+        self.digests.append(DigestInfo(model, digest, signed, attested))
+        self.digest_index[digest] = len(self.digests) - 1
+        return len(self.digests) - 1
+
+    def _update_seats(self) -> None:
+        seats = np.zeros(self.n_pools)
+        kv_tokens = np.zeros(self.n_pools)
+        self._oom_models = set()
+        for p in range(self.n_pools):
+            mi = int(self.pool_model[p])
+            m = self.models[mi]
+            sc = self.bundle[mi].serving_config
+            gpu = self.cell_gpu[int(self.pool_cell[p])]
+            seats[p] = sc.max_num_seqs
+            kv_tokens[p] = kv_capacity_tokens(m, gpu, sc.gpu_memory_utilization)
+            if sc.gpu_memory_utilization > m.oom_gpu_memory_utilization:
+                self._oom_models.add(mi)
+        self.seats_per_replica = seats
+        self.seats_int = seats.astype(np.int64)
+        self.kv_tokens_per_replica = kv_tokens
+        per_seq = self.shape.prompt_mean + self.shape.output_mean / 2.0
+        self.kv_seats_per_replica = np.floor(kv_tokens / per_seq)
+        # saturation throughput of one replica: every usable seat busy
+        full = np.minimum(seats, np.maximum(self.kv_seats_per_replica, 1.0))
+        service_full = mean_prefill_s(self.shape) + self.shape.output_mean * decode_step_s(
+            self.shape, full
+        )
+        self.max_rps_per_replica = full / service_full
+
+    def _place_initial(self) -> None:
+        """The run starts warm: desired replicas ready, their digests cached on their nodes."""
+        order = sorted(range(self.n_pools), key=lambda p: -self.models[int(self.pool_model[p])].tp)
+        for p in order:
+            mi, ci = int(self.pool_model[p]), int(self.pool_cell[p])
+            d = int(self.region_digest[mi, self.cell_region[ci]])
+            for _ in range(int(self.desired[p])):
+                r = self._new_replica(mi, ci, d)
+                node = self._find_node(r)
+                if node < 0:
+                    continue
+                self._bind(r, node)
+                if d not in self.nodes[node].cache:
+                    self.nodes[node].cache.add(d)
+                    self.supply.add_holder(self.nodes[node].region, d)
+                self._set_state(r, READY)
+        self._recount_slow()
+
+    # ------------------------------------------------------------------------------------------
+    # replicas
+    def _new_replica(self, model: int, cell: int, digest: int) -> Replica:
+        r = Replica(id=len(self.replicas), model=model, cell=cell, digest=digest)
+        self.replicas.append(r)
+        p = model * len(self.cell_names) + cell
+        self.pool_replicas[p].add(r.id)
+        self.state_counts[p, PENDING] += 1
+        return r
+
+    def _pool(self, r: Replica) -> int:
+        return r.model * len(self.cell_names) + r.cell
+
+    def _set_state(self, r: Replica, state: int) -> None:
+        p = self._pool(r)
+        self.pool_dirty[p] = True
+        self.state_counts[p, r.state] -= 1
+        self.state_counts[p, state] += 1
+        if r.state == READY and state != READY:
+            self.ready[p] -= 1
+            if r.slowdown != 1.0:
+                self.slow_sum[p] -= r.slowdown - 1.0
+        if state == READY and r.state != READY:
+            self.ready[p] += 1
+            if r.slowdown != 1.0:
+                self.slow_sum[p] += r.slowdown - 1.0
+        r.state = state
+        r.token += 1
+        if state == GONE:
+            self.pool_replicas[p].discard(r.id)
+
+    def _recount_slow(self) -> None:
+        self.slow_sum[:] = 0.0
+        for r in self.replicas:
+            if r.state == READY and r.slowdown != 1.0:
+                self.slow_sum[self._pool(r)] += r.slowdown - 1.0
+
+    def _find_node(self, r: Replica) -> int:
+        need = self.models[r.model].tp
+        best = -1
+        for ni in self.cell_nodes[r.cell]:
+            n = self.nodes[ni]
+            if len(n.free) < need or not n.schedulable:
+                continue
+            usable = [g for g in n.free if g not in n.failed_gpus]
+            if len(usable) < need:
+                continue
+            if r.digest in n.cache:
+                return ni
+            if best < 0:
+                best = ni
+        return best
+
+    def _bind(self, r: Replica, ni: int) -> None:
+        n = self.nodes[ni]
+        need = self.models[r.model].tp
+        usable = [g for g in n.free if g not in n.failed_gpus][:need]
+        for g in usable:
+            n.free.remove(g)
+        r.node, r.gpus = ni, tuple(usable)
+        n.replicas.add(r.id)
+
+    def _unbind(self, r: Replica) -> None:
+        if r.node >= 0:
+            n = self.nodes[r.node]
+            n.free.extend(r.gpus)
+            n.free.sort()
+            n.replicas.discard(r.id)
+        r.node, r.gpus = -1, ()
+
+    def _schedule(self, r: Replica) -> None:
+        ni = self._find_node(r)
+        if ni < 0:
+            return
+        self._bind(r, ni)
+        n = self.nodes[ni]
+        if r.digest in n.cache:
+            self._begin_load(r)
+        else:
+            self._set_state(r, PULLING)
+            size = self.models[r.model].weights_gb
+            self.supply.start(ni, n.region, r.digest, size, self.t)
+
+    def _begin_load(self, r: Replica) -> None:
+        self._set_state(r, LOADING)
+        m = self.models[r.model]
+        self._push(self.t + m.weights_gb / m.load_gbytes_per_s, "loaded", (r.id, r.token))
+
+    def _crash(self, r: Replica, *, fatal: bool) -> None:
+        """A replica's process died: in-flight requests fail; it restarts unless the GPU is bad."""
+        if r.state == READY:
+            p = self._pool(r)
+            lost = round(self.busy[p] / max(int(self.ready[p]), 1))
+            lost = min(lost, int(self.busy[p]))
+            self.busy[p] -= lost
+            self.errors[p] += lost
+            self.requests[p] += 0
+        if r.state in (GONE, DRAINING):
+            return
+        if fatal:
+            self._set_state(r, EJECTED)
+        else:
+            self._set_state(r, EJECTED)
+            self._push(self.t + RESTART_BACKOFF_S, "restart", (r.id, r.token))
+
+    def _remove(self, r: Replica, *, graceful: bool) -> None:
+        if r.state in (GONE, DRAINING):
+            return
+        if graceful and r.state == READY:
+            self._set_state(r, DRAINING)
+            self._push(self.t + DRAIN_GRACE_S, "drained", (r.id, r.token))
+            return
+        if r.state == READY:
+            self._crash(r, fatal=True)
+        self._finish_remove(r)
+
+    def _finish_remove(self, r: Replica) -> None:
+        if r.node >= 0 and r.state == PULLING:
+            still = any(
+                self.replicas[o].digest == r.digest and self.replicas[o].state == PULLING
+                for o in self.nodes[r.node].replicas
+                if o != r.id
+            )
+            if not still:
+                self.supply.pulls.pop((r.node, r.digest), None)
+        self._unbind(r)
+        self._set_state(r, GONE)
+
+    # ------------------------------------------------------------------------------------------
+    # events
+    def _push(self, at: float, kind: str, payload: tuple[int, ...]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, kind, payload))
+
+    def _process_events(self) -> None:
+        while self._heap and self._heap[0][0] <= self.t + 1e-9:
+            _, _, kind, payload = heapq.heappop(self._heap)
+            if kind in ("loaded", "warmed", "restart", "drained"):
+                r = self.replicas[payload[0]]
+                if r.token != payload[1]:
+                    continue
+                if kind == "loaded":
+                    self._set_state(r, WARMING)
+                    self._push(self.t + self.models[r.model].warmup_s, "warmed", (r.id, r.token))
+                elif kind == "warmed":
+                    self._set_state(r, READY)
+                elif kind == "restart":
+                    n = self.nodes[r.node] if r.node >= 0 else None
+                    if n is not None and n.ready and not (set(r.gpus) & n.failed_gpus):
+                        if self.models[r.model].tp > 1 and n.link_down:
+                            self._push(self.t + RESTART_BACKOFF_S, "restart", (r.id, r.token))
+                        else:
+                            self._begin_load(r)
+                    else:
+                        self._push(self.t + 3 * RESTART_BACKOFF_S, "restart", (r.id, r.token))
+                elif kind == "drained":
+                    self._finish_remove(r)
+            elif kind == "link_up":
+                self.nodes[payload[0]].link_down = False
+            elif kind == "thermal_end":
+                self._clear_thermal(payload[0], payload[1])
+            elif kind == "node_join":
+                self._node_joins(payload[0])
+            elif kind == "replicated":
+                self._replication_lands(payload[0], payload[1], payload[2])
+
+    # ------------------------------------------------------------------------------------------
+    # the step
+    def step(self) -> None:
+        self.t = round(self.t + self.dt, 9)
+        self.step_no += 1
+        if self._heap:
+            self._process_events()
+        if self.t >= self._next_reconcile:
+            self._reconcile()
+            self._next_reconcile = self.t + RECONCILE_EVERY_S
+        if self.supply.pulls:
+            self._hydrate()
+        self._serve()
+        if self.t >= self._next_autoscale:
+            self._autoscale()
+            self._next_autoscale = self.t + AUTOSCALE_EVERY_S
+        for ev in self.faults.sample(self.t, self.dt):
+            self._fault(ev)
+        if self.record and self.t >= self._next_scrape:
+            self._scrape()
+            self._next_scrape = self.t + self.spec.scrape_interval_s
+
+    def run_for(self, seconds: float) -> None:
+        end = self.t + seconds - 1e-9
+        while self.t < end:
+            self.step()
+
+    # Clock port
+    def now_s(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.run_for(seconds)
+
+    def _routing_matrix(self) -> tuple[F64, F64]:
+        """Per model: share of each region's demand sent to each cell, and the cross-region mask.
+
+        Locality first: a region's demand goes to its own cells in proportion to their route
+        weights; a region whose cells all have weight 0 (drained, quarantined) spills to every
+        other cell in proportion to theirs.
+        """
+        w = self.weights * ~self.cell_quarantined  # [models, cells]
+        local = w[:, None, :] * self.region_mask[None, :, :]  # [models, regions, cells]
+        local_sum = local.sum(axis=2, keepdims=True)
+        glob = w[:, None, :] / np.maximum(w.sum(axis=1), 1e-300)[:, None, None]
+        share = np.where(local_sum > 0, local / np.maximum(local_sum, 1e-300), glob)
+        return share, self.cross_mask
+
+    def _serve(self) -> None:
+        nc = len(self.cell_names)
+        rps = self.demand.rps(self.t)  # [products, regions]
+        d_model = self.product_to_model @ rps  # [models, regions]
+        share, cross = self._routing_matrix()
+        flow = d_model[:, :, None] * share  # [models, regions, cells]
+        routed = flow.sum(axis=1)
+        unrouted = d_model.sum(axis=1) - routed.sum(axis=1)  # models with no weight anywhere
+        lam = routed.reshape(-1)
+        lost = np.repeat(np.maximum(unrouted, 0.0) / nc, nc)
+        if self.partitions:
+            lam, lost = self._partition_losses(flow, lam, lost)
+        rtt = (flow * cross[None, :, :]).sum(axis=1).reshape(-1) * CROSS_REGION_RTT_S
+        extra = rtt / np.maximum(lam, 1e-12)
+        self.lam = lam
+        # prefix-cache warmth: traffic above its recent level arrives cold
+        self.lam_warm += (lam - self.lam_warm) * self.warm_gain
+        coldness = np.clip(1.0 - self.lam_warm / np.maximum(lam, 1e-12), 0.0, 1.0)
+        arrivals = self.rng.poisson((lam + lost) * self.dt)
+        n_lost = None
+        if lost.any():
+            n_lost = self.rng.binomial(arrivals, lost / np.maximum(lam + lost, 1e-12))
+            arrivals = arrivals - n_lost
+        ready = self.ready.astype(np.float64)
+        seats = self.ready * self.seats_int
+        no_capacity = self.ready == 0
+        dropped = None
+        if no_capacity.any():
+            # requests with nowhere to go fail at the gateway, and so does the queue
+            dropped = np.where(no_capacity, arrivals + self.queue.sum(axis=1), 0)
+            arrivals = np.where(no_capacity, 0, arrivals)
+            self.queue[no_capacity] = 0
+            self.busy[no_capacity] = 0
+        # service: completions, with batch-dependent decode speed and KV overflow
+        inv_ready = 1.0 / np.maximum(ready, 1.0)
+        batch = self.busy * inv_ready
+        slow_mix = 1.0 + self.slow_sum * inv_ready
+        tpot = decode_step_s(self.shape, batch) * slow_mix
+        service = self.prefill_mean + self.shape.output_mean * tpot
+        overflow = np.maximum(self.busy - ready * self.kv_seats_per_replica, 0.0)
+        p_done = self.dt / service
+        if overflow.any():
+            p_done = p_done * (1.0 - overflow / np.maximum(self.busy, 1))
+            self.preemptions += self.rng.poisson(overflow * 0.05 * self.dt)
+        done = self.rng.binomial(self.busy, np.minimum(p_done, 1.0))
+        self.busy -= done
+        # queue: age cohorts, time out the oldest, admit FIFO
+        q = self.queue
+        q[:, 1:] = q[:, :-1]
+        q[:, 0] = arrivals
+        free = np.maximum(seats - self.busy, 0)
+        if q[:, 1:].any():
+            expired = q * self.timeout_mask
+            timed_out = expired.sum(axis=1)
+            q -= expired
+            admitted_by_age = _admit(q, free)
+            admitted = admitted_by_age.sum(axis=1)
+            self._pending_admit += admitted_by_age
+        else:
+            timed_out = self._zeros_i
+            admitted = np.minimum(arrivals, free)
+            q[:, 0] -= admitted
+            self._pending_admit[:, 0] += admitted
+        self.busy += admitted
+        factor = (
+            1.0 + self.shape.interference * np.minimum(batch / self.seats_per_replica, 1.0)
+        ) * (1.0 + self.shape.cold_penalty * coldness)
+        self._factor_acc += admitted * factor
+        self._extra_acc += admitted * extra
+        # completions: TPOT histogram (one observation per finished request), success counters
+        tpot_bin = np.searchsorted(TPOT_EXPORT, tpot / slow_mix)
+        np.add.at(self.tpot_hist, (self._pool_range, tpot_bin), done)
+        self.tpot_sum += done * tpot
+        self.ok += done
+        fails = timed_out
+        if dropped is not None:
+            fails = fails + dropped
+        if n_lost is not None:
+            fails = fails + n_lost
+        self.errors += fails
+        self.requests += arrivals + (fails - timed_out)
+        # gauges and run means
+        self.kv_usage = np.minimum(
+            self.busy
+            * self.kv_tokens_per_seq
+            / np.maximum(ready * self.kv_tokens_per_replica, 1.0),
+            1.0,
+        )
+        self.kv_usage_sum += self.kv_usage
+        self.util_sum += np.minimum(lam / np.maximum(ready * self.max_rps_per_replica, 1e-12), 1.0)
+        self.ready_sum += ready
+        self.samples += 1
+        self.tpot_now = tpot
+        self.service_now = service
+        if self._oom_models:
+            self._oom_crashes()
+
+    def _partition_losses(self, flow: F64, lam: F64, lost: F64) -> tuple[F64, F64]:
+        """Traffic that crosses a cut (region-region) or enters a cut-off region (edge) fails."""
+        lam = lam.copy()
+        lost = lost.copy()
+        nc = len(self.cell_names)
+        for mi in range(len(self.models)):
+            for ri in range(len(self.region_names)):
+                for ci in range(nc):
+                    f = flow[mi, ri, ci]
+                    if f > 0 and self._cut(ri, self.cell_region[ci]):
+                        lam[mi * nc + ci] -= f
+                        lost[mi * nc + ci] += f
+        for ci in range(nc):
+            if ("region-edge", self.region_names[self.cell_region[ci]], "edge") in self.partitions:
+                for mi in range(len(self.models)):
+                    p = mi * nc + ci
+                    lost[p] += lam[p]
+                    lam[p] = 0.0
+        return np.maximum(lam, 0.0), lost
+
+    def flush_ttft(self) -> None:
+        """Bin the requests admitted since the last flush into the TTFT histogram."""
+        pend = self._pending_admit
+        n = pend.sum(axis=1)
+        if not n.any():
+            return
+        factor = self._factor_acc / np.maximum(n, 1)
+        extra = self._extra_acc / np.maximum(n, 1)
+        counts, sums = self.binner.bin(self.rng, pend, factor, extra)
+        self.ttft_hist += counts
+        self.ttft_sum += sums
+        self.queue_wait_sum += pend @ self._age_wait
+        self.admitted_total += n
+        length = self.rng.binomial(n, 0.1)
+        self.success_length += length
+        self.success_stop += n - length
+        self.generation_tokens += n * self.shape.output_mean
+        pend[:] = 0
+        self._factor_acc[:] = 0.0
+        self._extra_acc[:] = 0.0
+
+    def _oom_crashes(self) -> None:
+        for p in range(self.n_pools):
+            if int(self.pool_model[p]) not in self._oom_models or self.ready[p] == 0:
+                continue
+            k = int(self.rng.poisson(self.ready[p] * OOM_CRASH_PER_S * self.dt))
+            if k == 0:
+                continue
+            ready = sorted(r for r in self.pool_replicas[p] if self.replicas[r].state == READY)
+            for rid in ready[:k]:
+                self.preemptions[p] += 1
+                self._crash(self.replicas[rid], fatal=False)
+
+    def _cut(self, a: int, b: int) -> bool:
+        if a == b:
+            return False
+        ra, rb = self.region_names[a], self.region_names[b]
+        return ("region-region", ra, rb) in self.partitions or (
+            "region-region",
+            rb,
+            ra,
+        ) in self.partitions
+
+    # ------------------------------------------------------------------------------------------
+    # reconcile, scheduling, autoscaling, capacity
+    def _target_digest(self, p: int) -> int:
+        return int(self.region_digest[int(self.pool_model[p]), int(self.pool_region[p])])
+
+    def _reconcile(self) -> None:
+        for p in np.nonzero(self.pool_dirty)[0].tolist():
+            self._reconcile_pool(p)
+
+    def _reconcile_pool(self, p: int) -> None:
+        """Converge one pool on its desired count and digest mix, rolling with a 10% surge.
+
+        New-digest replicas are created (through admission) at most ``surge`` at a time; an old
+        ready replica is removed only when the ready count exceeds the target, so capacity never
+        dips during a digest change. Replicas that serve nothing (cold, ejected) go first.
+        """
+        want = int(self.desired[p] if self.scaler_paused[p] < 0 else self.scaler_paused[p])
+        live = [self.replicas[i] for i in sorted(self.pool_replicas[p])]
+        live = [r for r in live if r.state in LIVE]
+        mi = int(self.pool_model[p])
+        ro = self.rollout[mi]
+        canary_n = round(want * ro[1] / 100.0) if ro is not None else 0
+        plan = {self._target_digest(p): want - canary_n}
+        if ro is not None and canary_n > 0:
+            plan[ro[0]] = plan.get(ro[0], 0) + canary_n
+        surge = max(1, math.ceil(0.1 * max(want, 1)))
+        stale = [r for r in live if r.digest not in plan]
+        for d, n in plan.items():
+            have = [r for r in live if r.digest == d]
+            missing = n - len(have)
+            if missing <= 0:
+                continue
+            if stale:
+                in_flight = sum(1 for r in have if r.state != READY)
+                missing = min(missing, max(0, surge - in_flight))
+            for _ in range(missing):
+                if not self._admit(d):
+                    break
+                live.append(self._new_replica(mi, int(self.pool_cell[p]), d))
+        # stale replicas: those serving nothing go now, ready ones as replacements become ready
+        ready_total = sum(1 for r in live if r.state == READY)
+        for r in sorted(stale, key=_removal_order):
+            if r.state != READY:
+                self._remove(r, graceful=True)
+            elif ready_total > want:
+                self._remove(r, graceful=True)
+                ready_total -= 1
+        # surplus of a planned digest (scale-in, smaller canary)
+        for d, n in plan.items():
+            have = sorted(
+                (r for r in live if r.digest == d and r.state in LIVE), key=_removal_order
+            )
+            for r in have[: max(0, len(have) - n)]:
+                self._remove(r, graceful=True)
+        unscheduled = False
+        for rid in sorted(self.pool_replicas[p]):
+            r = self.replicas[rid]
+            if r.state == PENDING and r.node < 0:
+                self._schedule(r)
+                unscheduled = unscheduled or r.node < 0
+        settled = not unscheduled and not any(r.digest not in plan for r in live if r.state in LIVE)
+        live_n = sum(1 for i in self.pool_replicas[p] if self.replicas[i].state in LIVE)
+        self.pool_dirty[p] = not (settled and live_n == want)
+
+    def _admit(self, digest: int) -> bool:
+        info = self.digests[digest]
+        if info.signed and info.attested:
+            self.admission["admitted"] += 1
+            return True
+        self.admission["denied"] += 1
+        return False
+
+    def _autoscale(self) -> None:
+        for p in range(self.n_pools):
+            mi = int(self.pool_model[p])
+            a = self.models[mi].autoscaler
+            if not a.enabled or self.scaler_paused[p] >= 0 or self.desired[p] == 0:
+                continue
+            ready = int(self.ready[p])
+            if ready == 0:
+                continue
+            cap = ready * self.max_rps_per_replica[p]
+            util = self.lam[p] / cap if cap > 0 else 0.0
+            waiting = int(self.queue[p].sum())
+            cur = int(self.desired[p])
+            new = cur
+            if (util > a.target_utilization or waiting > 0) and self.t - self._last_scale[
+                p
+            ] >= a.scale_out_cooldown_s:
+                new = math.ceil(cur * max(util / a.target_utilization, 1.1))
+            elif (
+                util < a.target_utilization * 0.5
+                and self.t - self._last_scale[p] >= a.scale_in_cooldown_s
+            ):
+                # scale in gently: at most 10% per cooldown, never below what the load needs
+                new = max(math.ceil(cur * util / a.target_utilization), int(cur * 0.9))
+            new = max(a.min_replicas, min(a.max_replicas, new))
+            if new != cur:
+                grow = new - cur
+                if grow > 0:
+                    grow = self._capacity_for(p, grow)
+                    new = cur + grow
+                if new != cur:
+                    self.desired[p] = new
+                    self._last_scale[p] = self.t
+                    self.pool_dirty[p] = True
+
+    def _capacity_for(self, p: int, extra_replicas: int) -> int:
+        """Nodes for a scale-out: free GPUs in the cell first, then the region's spare pool."""
+        mi, ci = int(self.pool_model[p]), int(self.pool_cell[p])
+        tp = self.models[mi].tp
+        free_slots = sum(
+            len([g for g in self.nodes[n].free if g not in self.nodes[n].failed_gpus]) // tp
+            for n in self.cell_nodes[ci]
+            if self.nodes[n].schedulable
+        )
+        pending = int(self.state_counts[p, PENDING])
+        short = extra_replicas + pending - free_slots
+        if short <= 0:
+            return extra_replicas
+        ri = self.cell_region[ci]
+        per_node = 8 // tp
+        need_nodes = math.ceil(short / per_node)
+        if ri in self.capacity_denied:
+            self.capacity_errors += need_nodes
+            return max(0, free_slots - pending)
+        grant = min(need_nodes, self.spare_nodes[ri])
+        if grant < need_nodes:
+            self.capacity_errors += need_nodes - grant
+        for _ in range(grant):
+            self.spare_nodes[ri] -= 1
+            self._push(self.t + self.spec.regions[ri].capacity.node_provision_s, "node_join", (ci,))
+        return max(0, free_slots - pending) + grant * per_node
+
+    def _node_joins(self, ci: int) -> None:
+        self.pool_dirty[self.pool_cell == ci] = True
+        ri = self.cell_region[ci]
+        proto = self.nodes[self.cell_nodes[ci][0]] if self.cell_nodes[ci] else None
+        k = len(self.cell_nodes[ci])
+        versions = dict(proto.versions) if proto else Versions().model_dump()
+        node = Node(
+            name=f"gpu-{self.cell_names[ci]}-scaleout-{k:04d}",
+            region=ri,
+            cell=ci,
+            pool="scaleout",
+            role="serving",
+            gpus=8,
+            nic_gbps=proto.nic_gbps if proto else 50.0,
+            versions=versions,
+            free=list(range(8)),
+        )
+        self.nodes.append(node)
+        self.node_index[node.name] = len(self.nodes) - 1
+        self.cell_nodes[ci].append(len(self.nodes) - 1)
+        self.nic = np.append(self.nic, node.nic_gbps)
+        self.node_region = np.append(self.node_region, ri)
+        self.node_cell = np.append(self.node_cell, ci)
+        self.faults.nodes = len(self.nodes)
+        self._record_change("node_layer", ci, node.name, "", versions["node_image"], "node joined")
+
+    # ------------------------------------------------------------------------------------------
+    # supply chain
+    def _hydrate(self) -> None:
+        origin_ok = np.ones(len(self.nodes), dtype=bool)
+        for kind, a, _b in self.partitions:
+            if kind == "cell-registry":
+                ci = self.cell_index[a]
+                origin_ok[self.node_cell == ci] = False
+        done = self.supply.step(self.dt, self.nic, origin_ok, self.available)
+        for pull in done:
+            n = self.nodes[pull.node]
+            n.cache.add(pull.digest)
+            self.supply.add_holder(n.region, pull.digest)
+            for rid in sorted(n.replicas):
+                r = self.replicas[rid]
+                if r.state == PULLING and r.digest == pull.digest:
+                    self._begin_load(r)
+
+    def _replication_lands(self, source: int, target: int, digest: int) -> None:
+        if (source, target) in self.replication_paused or self._cut(source, target):
+            self.pending_replication.append((source, target, digest))
+            return
+        self.available.add((target, digest))
+        self.pool_dirty[:] = True
+        mi = self.digests[digest].model
+        if int(self.region_digest[mi, source]) == digest:
+            before = int(self.region_digest[mi, target])
+            self.region_digest[mi, target] = digest
+            if before != digest:
+                self._record_region_change("weights", target, self.models[mi].name, before, digest)
+        self._replicate_onward(target, digest)
+
+    def _replicate_onward(self, source: int, digest: int) -> None:
+        for ri, r in enumerate(self.spec.regions):
+            if r.replicate_from == self.region_names[source] and (ri, digest) not in self.available:
+                self._push(self.t + r.replication_lag_s, "replicated", (source, ri, digest))
+
+    def _record_region_change(
+        self, stream: ChangeStream, region: int, subject: str, before: int, after: int
+    ) -> None:
+        for ci, cr in enumerate(self.cell_region):
+            if cr == region:
+                self._record_change(
+                    stream, ci, subject, self.digests[before].digest, self.digests[after].digest
+                )
+
+    # ------------------------------------------------------------------------------------------
+    # faults
+    def _fault(self, ev: FaultEvent) -> None:
+        self.fault_log.append(ev)
+        n = self.nodes[ev.node]
+        if ev.xid:
+            self._dcgm_set(ev.node, ev.gpu, DCGM_XID, float(ev.xid))
+        if ev.phantom:
+            return
+        on_gpu = [self.replicas[r] for r in n.replicas if ev.gpu in self.replicas[r].gpus]
+        if ev.kind == "xid":
+            if ev.xid in FATAL_XIDS:
+                n.failed_gpus.add(ev.gpu)
+                for r in on_gpu:
+                    self._crash(r, fatal=True)
+            elif ev.xid == 74:
+                self._link_flap(ev.node, self.rng.uniform(*LINK_FLAP_S))
+            elif ev.xid in APP_XIDS:
+                for r in on_gpu:
+                    self._crash(r, fatal=False)
+        elif ev.kind == "ecc_dbe":
+            key = (ev.node, ev.gpu, DCGM_ECC_DBE)
+            self._dcgm_set(ev.node, ev.gpu, DCGM_ECC_DBE, self.dcgm.get(key, 0.0) + 1.0)
+            n.failed_gpus.add(ev.gpu)
+            for r in on_gpu:
+                self._crash(r, fatal=True)
+        elif ev.kind == "row_remap_pending":
+            self._dcgm_set(ev.node, ev.gpu, -1, 1.0)
+        elif ev.kind == "link_flap":
+            self._link_flap(ev.node, self.rng.uniform(*LINK_FLAP_S))
+        elif ev.kind == "thermal":
+            self._thermal(ev.node, ev.gpu, float(self.rng.uniform(1.5, 2.5)))
+            self._push(self.t + self.rng.uniform(*THERMAL_S), "thermal_end", (ev.node, ev.gpu))
+        elif ev.kind == "pcie_replay":
+            key = (ev.node, ev.gpu, DCGM_PCIE_REPLAY)
+            self._dcgm_set(ev.node, ev.gpu, DCGM_PCIE_REPLAY, self.dcgm.get(key, 0.0) + 5000.0)
+
+    def _link_flap(self, ni: int, duration_s: float) -> None:
+        n = self.nodes[ni]
+        n.link_down = True
+        for rid in sorted(n.replicas):
+            r = self.replicas[rid]
+            if self.models[r.model].tp > 1 and r.state in (READY, LOADING, WARMING):
+                self._crash(r, fatal=False)  # the whole TP replica is lost, then restarts
+        self._push(self.t + duration_s, "link_up", (ni,))
+
+    def _thermal(self, ni: int, gpu: int, slowdown: float) -> None:
+        n = self.nodes[ni]
+        self._dcgm_set(ni, gpu, -2, 1.0)
+        for rid in sorted(n.replicas):
+            r = self.replicas[rid]
+            if gpu in r.gpus:
+                was_ready = r.state == READY
+                if was_ready:
+                    self._set_state(r, EJECTED)
+                r.slowdown = slowdown
+                if was_ready:
+                    self._set_state(r, READY)
+
+    def _clear_thermal(self, ni: int, gpu: int) -> None:
+        n = self.nodes[ni]
+        self._dcgm_set(ni, gpu, -2, 0.0)
+        for rid in sorted(n.replicas):
+            r = self.replicas[rid]
+            if gpu in r.gpus and r.slowdown != 1.0:
+                was_ready = r.state == READY
+                if was_ready:
+                    self._set_state(r, EJECTED)
+                r.slowdown = 1.0
+                if was_ready:
+                    self._set_state(r, READY)
+
+    def _dcgm_set(self, ni: int, gpu: int, fid: int, value: float) -> None:
+        self.dcgm[(ni, gpu, fid)] = value
+        if self.record:
+            name = _DCGM_NAMES.get(fid)
+            if name is not None:
+                self.store.set_sparse(name, self._gpu_labels(ni, gpu), self.t, value)
+            if fid == -2:
+                self.store.set_sparse(
+                    "DCGM_FI_DEV_GPU_TEMP",
+                    self._gpu_labels(ni, gpu),
+                    self.t,
+                    92.0 if value else 65.0,
+                )
+                self.store.set_sparse(
+                    "DCGM_FI_DEV_POWER_VIOLATION", self._gpu_labels(ni, gpu), self.t, 1.0e6 * value
+                )
+
+    def _gpu_labels(self, ni: int, gpu: int) -> Labels:
+        n = self.nodes[ni]
+        return labels_of(
+            Hostname=n.name,
+            gpu=str(gpu),
+            cell=self.cell_names[n.cell],
+            region=self.region_names[n.region],
+        )
+
+    def _refresh_bad_exporters(self) -> None:
+        bad = set(self.spec.faults.phantom_xid_exporter_versions)
+        idx = [i for i, n in enumerate(self.nodes) if n.versions.get("dcgm_exporter") in bad]
+        self.faults.set_bad_nodes(np.array(idx, dtype=np.int64))
+
+    # ------------------------------------------------------------------------------------------
+    # Fleet port: operations
+    def apply(self, op: ops.Operation) -> ops.Operation:
+        inverse = self._apply(op)
+        self.pool_dirty[:] = True
+        self.journal.append(ops.Applied(op=op, inverse=inverse, at_s=self.t))
+        return inverse
+
+    def inverse_of(self, op: ops.Operation) -> ops.Operation:
+        """The inverse ``op`` would have if applied now (validates targets; changes nothing)."""
+        return self._inverse(op)
+
+    def _node_i(self, name: str) -> int:
+        if name not in self.node_index:
+            raise UnknownTargetError("node", name)
+        return self.node_index[name]
+
+    def _cell_i(self, name: str) -> int:
+        if name not in self.cell_index:
+            raise UnknownTargetError("cell", name)
+        return self.cell_index[name]
+
+    def _model_i(self, name: str) -> int:
+        if name not in self.model_index:
+            raise UnknownTargetError("model", name)
+        return self.model_index[name]
+
+    def _region_i(self, name: str) -> int:
+        if name not in self.region_index:
+            raise UnknownTargetError("region", name)
+        return self.region_index[name]
+
+    def _gpu_check(self, ni: int, gpu: int) -> None:
+        if not 0 <= gpu < self.nodes[ni].gpus:
+            raise UnknownTargetError("gpu", f"{self.nodes[ni].name}/{gpu}")
+
+    def _inverse(self, op: ops.Operation) -> ops.Operation:
+        match op:
+            case ops.Cordon(node=node) | ops.Drain(node=node):
+                n = self.nodes[self._node_i(node)]
+                return ops.Noop("already cordoned") if n.cordoned else ops.Uncordon(node)
+            case ops.Uncordon(node=node):
+                n = self.nodes[self._node_i(node)]
+                return ops.Cordon(node) if n.cordoned else ops.Noop("not cordoned")
+            case ops.Taint(node=node, key=key, effect=effect):
+                n = self.nodes[self._node_i(node)]
+                if key in n.taints:
+                    old_v, old_e = n.taints[key]
+                    return ops.Taint(node, key, old_v, old_e)  # type: ignore[arg-type]
+                return ops.Untaint(node, key, effect)
+            case ops.Untaint(node=node, key=key):
+                n = self.nodes[self._node_i(node)]
+                if key in n.taints:
+                    v, e = n.taints[key]
+                    return ops.Taint(node, key, v, e)  # type: ignore[arg-type]
+                return ops.Noop("no such taint")
+            case ops.Label(node=node, key=key):
+                n = self.nodes[self._node_i(node)]
+                return ops.Label(node, key, n.labels.get(key))
+            case ops.SetRouteWeights(model=model, weights=weights):
+                mi = self._model_i(model)
+                old = tuple((c, int(self.weights[mi, self._cell_i(c)])) for c, _ in weights)
+                return ops.SetRouteWeights(model, old)
+            case ops.QuarantineCell(cell=cell):
+                ci = self._cell_i(cell)
+                return (
+                    ops.Noop("already") if self.cell_quarantined[ci] else ops.UnquarantineCell(cell)
+                )
+            case ops.UnquarantineCell(cell=cell):
+                ci = self._cell_i(cell)
+                return (
+                    ops.QuarantineCell(cell)
+                    if self.cell_quarantined[ci]
+                    else ops.Noop("not quarantined")
+                )
+            case ops.PauseScaler(model=model, cell=cell):
+                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                prev = int(self.scaler_paused[p])
+                return (
+                    ops.UnpauseScaler(model, cell)
+                    if prev < 0
+                    else ops.PauseScaler(model, cell, prev)
+                )
+            case ops.UnpauseScaler(model=model, cell=cell):
+                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                prev = int(self.scaler_paused[p])
+                return ops.Noop("not paused") if prev < 0 else ops.PauseScaler(model, cell, prev)
+            case ops.SetReplicas(model=model, cell=cell):
+                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                return ops.SetReplicas(model, cell, int(self.desired[p]))
+            case (
+                ops.StartRollout(model=model)
+                | ops.AbortRollout(model=model)
+                | ops.PromoteRollout(model=model)
+            ):
+                mi = self._model_i(model)
+                ro = self.rollout[mi]
+                stable = self.digests[int(self.region_digest[mi, 0])].digest
+                if ro is None:
+                    return ops.RestoreRollout(model, stable, None, 0)
+                return ops.RestoreRollout(model, stable, self.digests[ro[0]].digest, ro[1])
+            case ops.RestoreRollout(model=model):
+                mi = self._model_i(model)
+                ro = self.rollout[mi]
+                stable = self.digests[int(self.region_digest[mi, 0])].digest
+                return ops.RestoreRollout(
+                    model,
+                    stable,
+                    None if ro is None else self.digests[ro[0]].digest,
+                    0 if ro is None else ro[1],
+                )
+            case ops.SetFlag(key=key):
+                return ops.SetFlag(key, self.flags.get(key))
+            case ops.QuarantinePod(pod=pod):
+                self._pod_check(pod)
+                return (
+                    ops.Noop("already")
+                    if pod in self.quarantined_pods
+                    else ops.UnquarantinePod(pod)
+                )
+            case ops.UnquarantinePod(pod=pod):
+                self._pod_check(pod)
+                return (
+                    ops.QuarantinePod(pod)
+                    if pod in self.quarantined_pods
+                    else ops.Noop("not quarantined")
+                )
+            case (
+                ops.PromoteDigest(model=model, region=region)
+                | ops.RestoreDigest(model=model, region=region)
+            ):
+                mi, ri = self._model_i(model), self._region_i(region)
+                return ops.RestoreDigest(
+                    model, region, self.digests[int(self.region_digest[mi, ri])].digest
+                )
+            case ops.PauseReplication(source=s, target=t):
+                link = (self._region_i(s), self._region_i(t))
+                return (
+                    ops.Noop("already paused")
+                    if link in self.replication_paused
+                    else ops.ResumeReplication(s, t)
+                )
+            case ops.ResumeReplication(source=s, target=t):
+                link = (self._region_i(s), self._region_i(t))
+                return (
+                    ops.PauseReplication(s, t)
+                    if link in self.replication_paused
+                    else ops.Noop("not paused")
+                )
+            case ops.Partition(kind=kind, a=a, b=b):
+                self._partition_check(kind, a, b)
+                return (
+                    ops.Noop("already cut")
+                    if (kind, a, b) in self.partitions
+                    else ops.Heal(kind, a, b)
+                )
+            case ops.Heal(kind=kind, a=a, b=b):
+                self._partition_check(kind, a, b)
+                return (
+                    ops.Partition(kind, a, b)
+                    if (kind, a, b) in self.partitions
+                    else ops.Noop("not cut")
+                )
+            case ops.DenyCapacity(region=region):
+                ri = self._region_i(region)
+                return (
+                    ops.Noop("already denied")
+                    if ri in self.capacity_denied
+                    else ops.AllowCapacity(region)
+                )
+            case ops.AllowCapacity(region=region):
+                ri = self._region_i(region)
+                return (
+                    ops.DenyCapacity(region)
+                    if ri in self.capacity_denied
+                    else ops.Noop("not denied")
+                )
+            case (
+                ops.InjectDcgmField(node=node, gpu=gpu, field_id=fid)
+                | ops.ClearDcgmField(node=node, gpu=gpu, field_id=fid)
+            ):
+                ni = self._node_i(node)
+                self._gpu_check(ni, gpu)
+                if fid not in _DCGM_NAMES:
+                    raise UnknownTargetError("DCGM field", str(fid))
+                return ops.ClearDcgmField(node, gpu, fid, self.dcgm.get((ni, gpu, fid), 0.0))
+            case ops.InjectLinkFlap(node=node):
+                self._node_i(node)
+                return ops.ClearLinkFlap(node)
+            case ops.ClearLinkFlap(node=node):
+                self._node_i(node)
+                return ops.Noop("link restored")
+            case ops.InjectThermal(node=node, gpu=gpu):
+                ni = self._node_i(node)
+                self._gpu_check(ni, gpu)
+                return ops.ClearThermal(node, gpu)
+            case ops.ClearThermal(node=node, gpu=gpu):
+                ni = self._node_i(node)
+                self._gpu_check(ni, gpu)
+                return ops.Noop("thermal cleared")
+            case ops.SetServingConfig(model=model):
+                mi = self._model_i(model)
+                bundle = self.bundle[mi]
+                return ops.SetServingConfig(
+                    model,
+                    bundle.digest,
+                    bundle.serving_config.max_num_seqs,
+                    bundle.serving_config.gpu_memory_utilization,
+                )
+            case ops.SetNodeVersion(node=node, component=comp):
+                n = self.nodes[self._node_i(node)]
+                return ops.SetNodeVersion(node, comp, n.versions[comp])
+            case ops.Noop():
+                return ops.Noop()
+        raise OperationError(f"unsupported operation {op!r}")
+
+    def _pod_check(self, pod: str) -> None:
+        if not (pod.startswith("r") and pod[1:].isdigit() and int(pod[1:]) < len(self.replicas)):
+            raise UnknownTargetError("pod", pod)
+
+    def _partition_check(self, kind: str, a: str, b: str) -> None:
+        if kind == "cell-registry":
+            self._cell_i(a)
+            self._region_i(b)
+        elif kind == "region-region":
+            self._region_i(a)
+            self._region_i(b)
+        else:
+            self._region_i(a)
+
+    def _apply(self, op: ops.Operation) -> ops.Operation:
+        inverse = self._inverse(op)
+        match op:
+            case ops.Cordon(node=node):
+                self.nodes[self.node_index[node]].cordoned = True
+            case ops.Uncordon(node=node):
+                self.nodes[self.node_index[node]].cordoned = False
+            case ops.Taint(node=node, key=key, value=value, effect=effect):
+                self.nodes[self.node_index[node]].taints[key] = (value, effect)
+                self._record_node(node)
+            case ops.Untaint(node=node, key=key):
+                self.nodes[self.node_index[node]].taints.pop(key, None)
+                self._record_node(node)
+            case ops.Label(node=node, key=key, value=value):
+                n = self.nodes[self.node_index[node]]
+                if value is None:
+                    n.labels.pop(key, None)
+                else:
+                    n.labels[key] = value
+                self._record_node(node)
+            case ops.Drain(node=node, classes=classes):
+                ni = self.node_index[node]
+                n = self.nodes[ni]
+                n.cordoned = True
+                if "inference" in classes:
+                    for rid in sorted(n.replicas):
+                        self._remove(self.replicas[rid], graceful=True)
+                self.supply.cancel_node(ni)
+                self._record_node(node)
+            case ops.SetRouteWeights(model=model, weights=weights):
+                mi = self.model_index[model]
+                for c, w in weights:
+                    if w < 0:
+                        raise OperationError(f"route weight for '{c}' must be >= 0")
+                    self.weights[mi, self.cell_index[c]] = w
+            case ops.QuarantineCell(cell=cell):
+                self.cell_quarantined[self.cell_index[cell]] = True
+            case ops.UnquarantineCell(cell=cell):
+                self.cell_quarantined[self.cell_index[cell]] = False
+            case ops.PauseScaler(model=model, cell=cell, replicas=n_rep):
+                if n_rep < 0:
+                    raise OperationError("paused replicas must be >= 0")
+                p = self.model_index[model] * len(self.cell_names) + self.cell_index[cell]
+                self.scaler_paused[p] = n_rep
+            case ops.UnpauseScaler(model=model, cell=cell):
+                p = self.model_index[model] * len(self.cell_names) + self.cell_index[cell]
+                self.scaler_paused[p] = -1
+            case ops.SetReplicas(model=model, cell=cell, replicas=n_rep):
+                if n_rep < 0:
+                    raise OperationError("replicas must be >= 0")
+                p = self.model_index[model] * len(self.cell_names) + self.cell_index[cell]
+                self.desired[p] = n_rep
+            case ops.StartRollout(model=model, digest=digest, canary_percent=pct):
+                if not 0 <= pct <= 100:
+                    raise OperationError("canary_percent must be within 0..100")
+                mi = self.model_index[model]
+                if digest not in self.digest_index:
+                    raise UnknownTargetError("digest", digest)
+                self.rollout[mi] = (self.digest_index[digest], pct)
+                self._record_model_change("weights", mi, "stable", f"{digest} canary {pct}%")
+            case ops.AbortRollout(model=model):
+                mi = self.model_index[model]
+                self.rollout[mi] = None
+                self._record_model_change("weights", mi, "canary", "aborted: stable at 100%")
+            case ops.PromoteRollout(model=model):
+                mi = self.model_index[model]
+                ro = self.rollout[mi]
+                if ro is None:
+                    raise OperationError(f"model '{model}' has no rollout to promote")
+                self.rollout[mi] = None
+                for ri in range(len(self.region_names)):
+                    self.region_digest[mi, ri] = ro[0]
+                    self.available.add((ri, ro[0]))
+                self._record_model_change("weights", mi, "canary", "promoted to 100%")
+            case ops.RestoreRollout(
+                model=model, stable_digest=stable, canary_digest=canary, canary_percent=pct
+            ):
+                mi = self.model_index[model]
+                self.rollout[mi] = None if canary is None else (self.digest_index[canary], pct)
+                if stable in self.digest_index:
+                    for ri in range(len(self.region_names)):
+                        self.region_digest[mi, ri] = self.digest_index[stable]
+            case ops.SetFlag(key=key, value=value):
+                if value is None:
+                    self.flags.pop(key, None)
+                else:
+                    self.flags[key] = value
+                self._record_change("network_policy", -1, key, "", value or "", "flag")
+            case ops.QuarantinePod(pod=pod):
+                self.quarantined_pods.add(pod)
+            case ops.UnquarantinePod(pod=pod):
+                self.quarantined_pods.discard(pod)
+            case ops.PromoteDigest(model=model, region=region, digest=digest, signed=s, attested=a):
+                mi, ri = self.model_index[model], self.region_index[region]
+                d = self._register_digest(mi, digest, s, a)
+                before = int(self.region_digest[mi, ri])
+                self.available.add((ri, d))
+                self.region_digest[mi, ri] = d
+                self._record_region_change("weights", ri, model, before, d)
+                self._replicate_onward(ri, d)
+            case ops.RestoreDigest(model=model, region=region, digest=digest):
+                mi, ri = self.model_index[model], self.region_index[region]
+                if digest not in self.digest_index:
+                    raise UnknownTargetError("digest", digest)
+                before = int(self.region_digest[mi, ri])
+                self.region_digest[mi, ri] = self.digest_index[digest]
+                self._record_region_change("weights", ri, model, before, self.digest_index[digest])
+            case ops.PauseReplication(source=s, target=t):
+                self.replication_paused.add((self.region_index[s], self.region_index[t]))
+            case ops.ResumeReplication(source=s, target=t):
+                self.replication_paused.discard((self.region_index[s], self.region_index[t]))
+                self._flush_replication()
+            case ops.Partition(kind=kind, a=a, b=b):
+                self.partitions.add((kind, a, b))
+                self._record_change("network_policy", -1, f"{kind}:{a}/{b}", "open", "cut")
+            case ops.Heal(kind=kind, a=a, b=b):
+                self.partitions.discard((kind, a, b))
+                self._record_change("network_policy", -1, f"{kind}:{a}/{b}", "cut", "open")
+                self._flush_replication()
+            case ops.DenyCapacity(region=region):
+                self.capacity_denied.add(self.region_index[region])
+            case ops.AllowCapacity(region=region):
+                self.capacity_denied.discard(self.region_index[region])
+            case ops.InjectDcgmField(node=node, gpu=gpu, field_id=fid, value=value):
+                ni = self.node_index[node]
+                self._dcgm_set(ni, gpu, fid, value)
+                if fid == DCGM_XID:
+                    self.fault_log.append(
+                        FaultEvent(self.t, ni, gpu, "xid", int(value), phantom=True)
+                    )
+            case ops.ClearDcgmField(node=node, gpu=gpu, field_id=fid, value=value):
+                self._dcgm_set(self.node_index[node], gpu, fid, value)
+            case ops.InjectLinkFlap(node=node):
+                ni = self.node_index[node]
+                self._link_flap(ni, 1e12)
+                self.fault_log.append(FaultEvent(self.t, ni, 0, "link_flap", 74))
+                self._dcgm_set(ni, 0, DCGM_XID, 74.0)
+            case ops.ClearLinkFlap(node=node):
+                self.nodes[self.node_index[node]].link_down = False
+            case ops.InjectThermal(node=node, gpu=gpu, slowdown=slow):
+                if slow < 1.0:
+                    raise OperationError("thermal slowdown must be >= 1")
+                self._thermal(self.node_index[node], gpu, slow)
+            case ops.ClearThermal(node=node, gpu=gpu):
+                self._clear_thermal(self.node_index[node], gpu)
+            case ops.SetServingConfig(
+                model=model, bundle_digest=bd, max_num_seqs=mns, gpu_memory_utilization=gmu
+            ):
+                if not (1 <= mns <= 4096 and 0.1 < gmu <= 1.0):
+                    raise OperationError(
+                        "max_num_seqs must be 1..4096, gpu_memory_utilization 0.1..1"
+                    )
+                mi = self.model_index[model]
+                old = self.bundle[mi]
+                sc = old.serving_config.model_copy(
+                    update={"max_num_seqs": mns, "gpu_memory_utilization": gmu}
+                )
+                self.bundle[mi] = old.model_copy(update={"digest": bd, "serving_config": sc})
+                self._update_seats()
+                self._record_model_change(
+                    "bundle",
+                    mi,
+                    f"{old.digest} seqs={old.serving_config.max_num_seqs}"
+                    f" gmu={old.serving_config.gpu_memory_utilization}",
+                    f"{bd} seqs={mns} gmu={gmu}",
+                )
+            case ops.SetNodeVersion(node=node, component=comp, version=version):
+                ni = self.node_index[node]
+                n = self.nodes[ni]
+                old_version = n.versions[comp]
+                n.versions[comp] = version
+                self._refresh_bad_exporters()
+                self._record_change("node_layer", n.cell, node, old_version, version, comp)
+            case ops.Noop():
+                pass
+        return inverse
+
+    def _flush_replication(self) -> None:
+        pending, self.pending_replication = self.pending_replication, []
+        for s, t, d in pending:
+            self._push(self.t + self.spec.regions[t].replication_lag_s, "replicated", (s, t, d))
+
+    def _record_change(
+        self,
+        stream: ChangeStream,
+        cell: int,
+        subject: str,
+        before: str,
+        after: str,
+        detail: str = "",
+    ) -> None:
+        region = self.region_names[self.cell_region[cell]] if cell >= 0 else "*"
+        cname = self.cell_names[cell] if cell >= 0 else "*"
+        self.changes_log.append(
+            ChangeEvent(self.t, stream, region, cname, subject, before, after, detail)
+        )
+
+    def _record_model_change(self, stream: ChangeStream, mi: int, before: str, after: str) -> None:
+        for ci in range(len(self.cell_names)):
+            p = mi * len(self.cell_names) + ci
+            if self.desired[p] > 0:
+                self._record_change(stream, ci, self.models[mi].name, before, after)
+
+    def record_change(self, event: ChangeEvent) -> None:
+        """Ingest a change from outside the twin (a scenario's timeline, a demand event)."""
+        self.changes_log.append(event)
+
+    def _record_node(self, node: str) -> None:
+        if not self.record:
+            return
+        n = self.nodes[self.node_index[node]]
+        base = {
+            "node": n.name,
+            "cell": self.cell_names[n.cell],
+            "region": self.region_names[n.region],
+        }
+        seen = self._taint_series.setdefault(node, set())
+        now = {labels_of(**base, key=k, value=v, effect=e) for k, (v, e) in n.taints.items()}
+        for lab in seen - now:
+            self.store.set_sparse("kube_node_spec_taint", lab, self.t, 0.0)
+        for lab in now:
+            self.store.set_sparse("kube_node_spec_taint", lab, self.t, 1.0)
+        self._taint_series[node] = now
+        extra = {
+            "label_" + k.replace(".", "_").replace("/", "_").replace("-", "_"): v
+            for k, v in n.labels.items()
+        }
+        self.store.set_sparse("kube_node_labels", labels_of(**base, **extra), self.t, 1.0)
+        old = self._label_series.get(node)
+        new_lab = labels_of(**base, **extra)
+        if old is not None and old != new_lab:
+            self.store.set_sparse("kube_node_labels", old, self.t, 0.0)
+        self._label_series[node] = new_lab
+        ready = "true" if n.ready else "false"
+        self.store.set_sparse(
+            "kube_node_status_condition",
+            labels_of(**base, condition="Ready", status=ready),
+            self.t,
+            1.0,
+        )
+        self.store.set_sparse(
+            "kube_node_spec_unschedulable", labels_of(**base), self.t, 1.0 if n.cordoned else 0.0
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Fleet port: reads
+    def node(self, name: str) -> NodeView:
+        return self._node_view(self._node_i(name))
+
+    def _node_view(self, ni: int) -> NodeView:
+        n = self.nodes[ni]
+        return NodeView(
+            name=n.name,
+            region=self.region_names[n.region],
+            cell=self.cell_names[n.cell],
+            pool=n.pool,
+            role=n.role,
+            gpus=n.gpus,
+            ready=n.ready,
+            cordoned=n.cordoned,
+            taints=tuple(sorted((k, v, e) for k, (v, e) in n.taints.items())),
+            labels=tuple(sorted(n.labels.items())),
+            versions=tuple(sorted(n.versions.items())),
+        )
+
+    def nodes_view(self, *, cell: str | None = None) -> Sequence[NodeView]:
+        if cell is None:
+            return [self._node_view(i) for i in range(len(self.nodes))]
+        return [self._node_view(i) for i in self.cell_nodes[self._cell_i(cell)]]
+
+    def cells(self) -> Sequence[CellView]:
+        out = []
+        nc = len(self.cell_names)
+        for ci, name in enumerate(self.cell_names):
+            reps = []
+            for mi, m in enumerate(self.models):
+                p = mi * nc + ci
+                s = self.state_counts[p]
+                reps.append(
+                    ReplicaCounts(
+                        model=m.name,
+                        cell=name,
+                        desired=int(self.desired[p]),
+                        cold=int(s[PENDING]),
+                        pulling=int(s[PULLING]),
+                        loading=int(s[LOADING]),
+                        warming=int(s[WARMING]),
+                        ready=int(s[READY]),
+                        draining=int(s[DRAINING]),
+                    )
+                )
+            out.append(
+                CellView(
+                    name=name,
+                    region=self.region_names[self.cell_region[ci]],
+                    nodes=len(self.cell_nodes[ci]),
+                    quarantined=bool(self.cell_quarantined[ci]),
+                    replicas=tuple(reps),
+                    route_weights=tuple(
+                        (m.name, int(self.weights[mi, ci])) for mi, m in enumerate(self.models)
+                    ),
+                )
+            )
+        return out
+
+    def changes(self, *, since_s: float, cell: str | None = None) -> Sequence[ChangeEvent]:
+        if cell is not None:
+            self._cell_i(cell)
+        return [
+            c
+            for c in self.changes_log
+            if c.at_s >= since_s and (cell is None or c.cell in (cell, "*"))
+        ]
+
+    # Signals port
+    def series_names(self) -> Sequence[str]:
+        return self.store.series_names()
+
+    def query(
+        self, name: str, matchers: Mapping[str, str] | None = None, *, start_s: float, end_s: float
+    ) -> Sequence[Series]:
+        return self.store.query(name, matchers, start_s=start_s, end_s=end_s)
+
+    # ------------------------------------------------------------------------------------------
+    # series
+    def _register_series(self) -> None:
+        self._taint_series: dict[str, set[Labels]] = {}
+        self._label_series: dict[str, Labels] = {}
+        if not self.record:
+            return
+        s = self.store
+        base = [
+            dict(
+                model_name=self.models[int(self.pool_model[p])].name,
+                cell=self.cell_names[int(self.pool_cell[p])],
+                region=self.region_names[int(self.pool_region[p])],
+            )
+            for p in range(self.n_pools)
+        ]
+        self._series_pools = np.array([p for p in range(self.n_pools)], dtype=np.int64)
+        plain = [labels_of(**b) for b in base]
+        for name in (
+            "vllm:num_requests_waiting",
+            "vllm:num_requests_running",
+            "vllm:kv_cache_usage_perc",
+            "vllm:num_preemptions_total",
+            "vllm:time_to_first_token_seconds_count",
+            "vllm:time_to_first_token_seconds_sum",
+            "vllm:time_per_output_token_seconds_count",
+            "vllm:time_per_output_token_seconds_sum",
+            "vllm:generation_tokens_total",
+            "firedrill_replicas_ready",
+            "firedrill_replicas_desired",
+            "firedrill_route_weight",
+            "firedrill_offered_requests_per_second",
+        ):
+            s.family(name, plain)
+        for reason in ("stop", "length"):
+            s.family(
+                f"vllm:request_success_total|{reason}",
+                [labels_of(**b, finished_reason=reason) for b in base],
+            )
+        for status in ("2xx", "5xx"):
+            s.family(
+                f"http_requests_total|{status}",
+                [
+                    labels_of(**b, handler="/v1/completions", method="POST", status=status)
+                    for b in base
+                ],
+            )
+        ttft_le = [*(_fmt_le(x) for x in VLLM_TTFT_BUCKETS_S), "+Inf"]
+        s.family(
+            "vllm:time_to_first_token_seconds_bucket",
+            [labels_of(**b, le=le) for b in base for le in ttft_le],
+        )
+        tpot_le = [*(_fmt_le(x) for x in VLLM_TPOT_BUCKETS_S), "+Inf"]
+        s.family(
+            "vllm:time_per_output_token_seconds_bucket",
+            [labels_of(**b, le=le) for b in base for le in tpot_le],
+        )
+        reg = [labels_of(region=r) for r in self.region_names]
+        for name in ("origin", "p2p"):
+            s.family(
+                f"firedrill_hydrate_bytes_total|{name}",
+                [labels_of(region=r, source=name) for r in self.region_names],
+            )
+        for code in ("503", "429"):
+            s.family(
+                f"firedrill_registry_errors_total|{code}",
+                [labels_of(region=r, code=code) for r in self.region_names],
+            )
+        s.family("firedrill_hydrate_pulls_active", reg)
+        s.family("firedrill_admission_decisions_total|admit", [labels_of(decision="admit")])
+        s.family("firedrill_admission_decisions_total|deny", [labels_of(decision="deny")])
+        self._ttft_export_idx = np.searchsorted(self.edges, TTFT_EXPORT)
+
+    def _scrape(self) -> None:
+        self.flush_ttft()
+        s = self.store
+        k = s.begin_scrape(self.t)
+        self.scrapes += 1
+        s.write("vllm:num_requests_waiting", k, self.queue.sum(axis=1).astype(np.float64))
+        s.write("vllm:num_requests_running", k, self.busy.astype(np.float64))
+        s.write("vllm:kv_cache_usage_perc", k, self.kv_usage)
+        s.write("vllm:num_preemptions_total", k, self.preemptions.astype(np.float64))
+        s.write(
+            "vllm:time_to_first_token_seconds_count",
+            k,
+            self.ttft_hist.sum(axis=1).astype(np.float64),
+        )
+        s.write("vllm:time_to_first_token_seconds_sum", k, self.ttft_sum)
+        s.write(
+            "vllm:time_per_output_token_seconds_count",
+            k,
+            self.tpot_hist.sum(axis=1).astype(np.float64),
+        )
+        s.write("vllm:time_per_output_token_seconds_sum", k, self.tpot_sum)
+        s.write("vllm:generation_tokens_total", k, self.generation_tokens)
+        s.write("firedrill_replicas_ready", k, self.ready.astype(np.float64))
+        s.write("firedrill_replicas_desired", k, self.desired.astype(np.float64))
+        s.write("firedrill_route_weight", k, self.weights.reshape(-1))
+        s.write("firedrill_offered_requests_per_second", k, self.lam)
+        s.write("vllm:request_success_total|stop", k, self.success_stop.astype(np.float64))
+        s.write("vllm:request_success_total|length", k, self.success_length.astype(np.float64))
+        s.write("http_requests_total|2xx", k, self.ok.astype(np.float64))
+        s.write("http_requests_total|5xx", k, self.errors.astype(np.float64))
+        cum = np.cumsum(self.ttft_hist, axis=1)
+        buckets = np.concatenate([cum[:, self._ttft_export_idx], cum[:, -1:]], axis=1)
+        s.write(
+            "vllm:time_to_first_token_seconds_bucket", k, buckets.reshape(-1).astype(np.float64)
+        )
+        tcum = np.cumsum(self.tpot_hist, axis=1)
+        s.write("vllm:time_per_output_token_seconds_bucket", k, tcum.reshape(-1).astype(np.float64))
+        rs = self.supply.regions
+        s.write(
+            "firedrill_hydrate_bytes_total|origin", k, np.array([r.origin_gb * 1e9 for r in rs])
+        )
+        s.write("firedrill_hydrate_bytes_total|p2p", k, np.array([r.p2p_gb * 1e9 for r in rs]))
+        s.write("firedrill_registry_errors_total|503", k, np.array([r.errors_503 for r in rs]))
+        s.write("firedrill_registry_errors_total|429", k, np.array([r.errors_429 for r in rs]))
+        active = np.zeros(len(rs))
+        for p in self.supply.pulls.values():
+            active[p.region] += 1
+        s.write("firedrill_hydrate_pulls_active", k, active)
+        s.write(
+            "firedrill_admission_decisions_total|admit",
+            k,
+            np.array([float(self.admission["admitted"])]),
+        )
+        s.write(
+            "firedrill_admission_decisions_total|deny",
+            k,
+            np.array([float(self.admission["denied"])]),
+        )
+
+
+def _admit(queue: I64, free: I64) -> I64:
+    oldest_first = queue[:, ::-1]
+    cum = np.cumsum(oldest_first, axis=1)
+    take = np.clip(free[:, None] - (cum - oldest_first), 0, oldest_first)
+    queue -= take[:, ::-1]
+    out: I64 = take[:, ::-1]
+    return out
+
+
+def _removal_order(r: Replica) -> tuple[int, int]:
+    # least useful first: pending, ejected, pulling, loading, warming, then ready (newest first)
+    rank = {PENDING: 0, EJECTED: 1, PULLING: 2, LOADING: 3, WARMING: 4, READY: 5}.get(r.state, 6)
+    return (rank, -r.id)
+
+
+def _fmt_le(x: float) -> str:
+    return repr(float(x))
+
+
+_DCGM_NAMES = {
+    DCGM_XID: "DCGM_FI_DEV_XID_ERRORS",
+    DCGM_ECC_DBE: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    DCGM_PCIE_REPLAY: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    -1: "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    150: "DCGM_FI_DEV_GPU_TEMP",
+    240: "DCGM_FI_DEV_POWER_VIOLATION",
+}

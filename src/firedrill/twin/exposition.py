@@ -1,0 +1,564 @@
+"""Render twin series in the text formats Prometheus tooling reads.
+
+The twin is only worth trusting if its signals meet the real tools unchanged: alert rules are
+unit-tested by ``promtool test rules`` against the twin's series (``input_series``), and scrapers,
+dashboards and the control plane's own Prometheus adapter read them as OpenMetrics or as the
+classic text format a ``/metrics`` endpoint serves. This module turns ``Series`` values into
+those strings and does nothing else: no files, no sockets, so it stays in the pure core and can
+be checked exactly.
+
+Two rules hold throughout. Numbers are printed so that they parse back to the same float64
+(shortest round-trip form, integers without a decimal point), so a rule test sees exactly the
+twin's values. Metric types follow exporter naming: ``*_total`` is a counter, ``*_bucket`` /
+``*_count`` / ``*_sum`` make a histogram (a summary when there are no buckets), anything else
+is a gauge.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+from firedrill.errors import ExportError
+from firedrill.model.series import Labels, Series
+
+__all__ = [
+    "OPENMETRICS_CONTENT_TYPE",
+    "PROMETHEUS_TEXT_CONTENT_TYPE",
+    "compress_values",
+    "ensure_series_are_valid",
+    "ensure_window_is_valid",
+    "grid_of",
+    "promtool_duration",
+    "promtool_test_file",
+    "resample",
+    "series_selector",
+    "to_openmetrics",
+    "to_prometheus_text",
+    "to_promtool_input_series",
+]
+
+PROMETHEUS_TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+# A window whose length is a whole number of intervals up to float noise still ends on a grid
+# point: (end - start) / interval = 2.9999999999 means three intervals, not two.
+_GRID_SLACK = 1e-9
+
+# Integral values below 2**53 are printed as integers; every one of them is exact in float64.
+_EXACT_INT_LIMIT = 2.0**53
+
+Kind = Literal["counter", "gauge", "histogram", "summary"]
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def ensure_window_is_valid(*, interval_s: float, start_s: float, end_s: float) -> None:
+    """Raise ``ExportError`` unless the window is finite, non-empty and the interval positive."""
+    if not (math.isfinite(interval_s) and math.isfinite(start_s) and math.isfinite(end_s)):
+        raise ExportError(
+            f"window must be finite: start_s={start_s}, end_s={end_s}, interval_s={interval_s}"
+        )
+    if interval_s <= 0:
+        raise ExportError(f"interval_s must be positive, got {interval_s}")
+    if end_s < start_s:
+        raise ExportError(f"empty window: end_s={end_s} is before start_s={start_s}")
+
+
+def ensure_series_are_valid(series: Sequence[Series]) -> None:
+    """Raise ``ExportError`` for a name or label Prometheus rejects, bad sample arrays, or two
+    series with the same name and labels."""
+    seen: set[tuple[str, Labels]] = set()
+    for s in series:
+        _ensure_series_is_valid(s)
+        key = (s.name, s.labels)
+        if key in seen:
+            raise ExportError(f"series {series_selector(s)} appears more than once")
+        seen.add(key)
+
+
+def _ensure_series_is_valid(s: Series) -> None:
+    if _METRIC_NAME.fullmatch(s.name) is None:
+        raise ExportError(f"invalid metric name {s.name!r}")
+    names = [k for k, _ in s.labels]
+    for k in names:
+        if _LABEL_NAME.fullmatch(k) is None or k.startswith("__"):
+            raise ExportError(f"series {s.name}: invalid label name {k!r}")
+    if len(set(names)) != len(names):
+        raise ExportError(f"series {s.name}: a label name appears twice in {names}")
+    if s.t_s.ndim != 1 or s.values.ndim != 1 or s.t_s.shape != s.values.shape:
+        raise ExportError(
+            f"series {s.name}: t_s {s.t_s.shape} and values {s.values.shape} must be 1-D "
+            "and of equal length"
+        )
+    if s.t_s.size and not bool(np.all(np.isfinite(s.t_s))):
+        raise ExportError(f"series {s.name}: sample times must be finite")
+    if s.t_s.size > 1 and not bool(np.all(np.diff(s.t_s) > 0)):
+        raise ExportError(f"series {s.name}: sample times must be strictly increasing")
+
+
+# -- numbers and names --------------------------------------------------------------------------
+
+
+def _format_finite(value: float) -> str:
+    """Shortest text that parses back to exactly ``value``; integers without a decimal point."""
+    if value.is_integer() and abs(value) < _EXACT_INT_LIMIT:
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return "-0"
+        return str(int(value))
+    return repr(value)
+
+
+def _format_exposition_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return _format_finite(value)
+
+
+def _format_promtool_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Inf" if value > 0 else "-Inf"
+    return _format_finite(value)
+
+
+def _escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _render_labels(labels: Labels) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{_escape_label_value(v)}"' for k, v in labels)
+    return "{" + inner + "}"
+
+
+def series_selector(s: Series) -> str:
+    """The series as PromQL writes it: ``name{a="b",...}`` (just ``name`` without labels)."""
+    return s.name + _render_labels(s.labels)
+
+
+def promtool_duration(seconds: float) -> str:
+    """A duration as promtool parses it (``15s``, ``500ms``); whole milliseconds only."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ExportError(f"duration must be positive, got {seconds} s")
+    ms = round(seconds * 1000.0)
+    if ms <= 0 or abs(ms - seconds * 1000.0) > 1e-6:
+        raise ExportError(f"duration {seconds} s is not a whole number of milliseconds")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+# -- promtool input_series ----------------------------------------------------------------------
+
+
+def grid_of(*, interval_s: float, start_s: float, end_s: float) -> npt.NDArray[np.float64]:
+    """Grid points start_s, start_s + interval_s, ... up to end_s (s since the run's start)."""
+    ensure_window_is_valid(interval_s=interval_s, start_s=start_s, end_s=end_s)
+    steps = math.floor((end_s - start_s) / interval_s + _GRID_SLACK)
+    # Multiply rather than accumulate so that point k does not carry k rounding errors.
+    return start_s + interval_s * np.arange(steps + 1, dtype=np.float64)
+
+
+def resample(
+    s: Series,
+    *,
+    interval_s: float,
+    start_s: float,
+    end_s: float,
+    max_age_s: float | None = None,
+) -> list[float | None]:
+    """The value of ``s`` at each grid point: its last sample at or before the point.
+
+    ``None`` where there is no such sample (before the first one) or, when ``max_age_s`` is
+    given, where the last sample is older than that (a scrape gap, as Prometheus's lookback
+    window would see it).
+    """
+    _ensure_series_is_valid(s)
+    grid = grid_of(interval_s=interval_s, start_s=start_s, end_s=end_s)
+    last = np.searchsorted(s.t_s, grid, side="right") - 1
+    out: list[float | None] = []
+    for point_s, i in zip(grid.tolist(), last.tolist(), strict=True):
+        if i < 0 or (max_age_s is not None and point_s - float(s.t_s[i]) > max_age_s):
+            out.append(None)
+        else:
+            out.append(float(s.values[i]))
+    return out
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal as float64 values, down to the sign of zero."""
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def _run_end(values: Sequence[float | None], i: int, a: float) -> tuple[int, float]:
+    """End (exclusive) and step of the longest run from ``i`` that promtool notation can expand.
+
+    promtool expands ``a+bxN`` by repeated float64 addition (a, a+b, (a+b)+b, ...) and ``axN``
+    by repeating ``a``; a run only counts if that expansion reproduces every value exactly.
+    """
+    n = len(values)
+    nxt = values[i + 1] if i + 1 < n else None
+    if nxt is None or not math.isfinite(nxt):
+        return i + 1, 0.0
+    step = nxt - a
+    j = i + 1
+    if step == 0:
+        while j < n and (v := values[j]) is not None and _same(v, a):
+            j += 1
+        return j, 0.0
+    if not math.isfinite(step):
+        return i + 1, 0.0
+    current = a
+    while j < n and (v := values[j]) is not None and math.isfinite(v) and _same(current + step, v):
+        current = current + step
+        j += 1
+    return j, step
+
+
+def compress_values(values: Sequence[float | None]) -> str:
+    """promtool's expanding notation for a sequence of samples (``None`` = missing).
+
+    Emits ``axN`` for constant runs, ``a+bxN`` / ``a-bxN`` for arithmetic runs (N + 1 values,
+    as promtool counts), ``_xN`` for N missing samples, and single values otherwise. NaN and
+    infinities are never folded into a run: promtool lexes ``Infx3`` as one word.
+    """
+    terms: list[str] = []
+    i = 0
+    n = len(values)
+    while i < n:
+        v = values[i]
+        if v is None:
+            j = i
+            while j < n and values[j] is None:
+                j += 1
+            terms.append("_" if j - i == 1 else f"_x{j - i}")
+            i = j
+            continue
+        if not math.isfinite(v):
+            terms.append(_format_promtool_value(v))
+            i += 1
+            continue
+        j, step = _run_end(values, i, v)
+        length = j - i
+        if step == 0 and length >= 2:
+            terms.append(f"{_format_finite(v)}x{length - 1}")
+            i = j
+        elif step != 0 and length >= 3:
+            sign = "+" if step > 0 else "-"
+            terms.append(f"{_format_finite(v)}{sign}{_format_finite(abs(step))}x{length - 1}")
+            i = j
+        else:
+            terms.append(_format_finite(v))
+            i += 1
+    return " ".join(terms)
+
+
+def to_promtool_input_series(
+    series: Sequence[Series],
+    *,
+    interval_s: float,
+    start_s: float,
+    end_s: float,
+    max_age_s: float | None = None,
+) -> str:
+    """YAML for a promtool test's ``input_series:`` list, one entry per series.
+
+    The series are resampled onto the grid ``start_s, start_s + interval_s, ... <= end_s``;
+    grid point k is promtool's time ``k * interval`` (so the test's interval must be
+    ``interval_s``). Missing samples (see ``resample``) are written ``_``.
+    """
+    ensure_window_is_valid(interval_s=interval_s, start_s=start_s, end_s=end_s)
+    ensure_series_are_valid(series)
+    entries = [
+        {
+            "series": series_selector(s),
+            "values": compress_values(
+                resample(
+                    s, interval_s=interval_s, start_s=start_s, end_s=end_s, max_age_s=max_age_s
+                )
+            ),
+        }
+        for s in series
+    ]
+    return _dump_yaml(entries)
+
+
+def promtool_test_file(
+    input_series_yaml: str,
+    *,
+    rule_files: Sequence[str],
+    interval_s: float,
+    alert_rule_tests: Sequence[Mapping[str, object]] | None = None,
+    evaluation_interval_s: float | None = None,
+) -> str:
+    """A whole ``promtool test rules`` file with one test group over ``input_series_yaml``.
+
+    Rules are evaluated every ``evaluation_interval_s`` (default: the sample interval).
+    """
+    try:
+        input_series = yaml.safe_load(input_series_yaml)
+    except yaml.YAMLError as exc:
+        raise ExportError(f"input_series is not valid YAML: {exc}") from exc
+    if input_series is None:
+        input_series = []
+    if not isinstance(input_series, list):
+        raise ExportError("input_series must be a YAML list")
+    group: dict[str, object] = {
+        "interval": promtool_duration(interval_s),
+        "input_series": input_series,
+    }
+    if alert_rule_tests:
+        group["alert_rule_tests"] = [dict(t) for t in alert_rule_tests]
+    document: dict[str, object] = {
+        "rule_files": list(rule_files),
+        "evaluation_interval": promtool_duration(
+            interval_s if evaluation_interval_s is None else evaluation_interval_s
+        ),
+        "tests": [group],
+    }
+    return _dump_yaml(document)
+
+
+def _dump_yaml(document: object) -> str:
+    try:
+        # A wide line keeps each values string on one line; it would be folded at 80 otherwise.
+        return yaml.safe_dump(
+            document, sort_keys=False, allow_unicode=True, default_flow_style=False, width=2**30
+        )
+    except yaml.YAMLError as exc:
+        raise ExportError(f"cannot write YAML: {exc}") from exc
+
+
+# -- families -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Family:
+    """Series that expose as one metric family, in exposition order."""
+
+    name: str
+    kind: Kind
+    members: tuple[Series, ...]
+
+
+_HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
+
+
+def _role(name: str) -> tuple[str, str]:
+    """(family name, role) for a series name by exporter convention."""
+    for suffix in ("_total", *_HISTOGRAM_SUFFIXES):
+        base = name.removesuffix(suffix)
+        if base != name and base:
+            return base, suffix
+    return name, ""
+
+
+def _canonical_bound(s: Series, key: str) -> tuple[float, str]:
+    """A bucket's ``le`` (or a summary's ``quantile``) as a float and in canonical text."""
+    text = s.label(key)
+    if not any(k == key for k, _ in s.labels):
+        raise ExportError(f"series {series_selector(s)} has no '{key}' label")
+    try:
+        bound = float(text)
+    except ValueError as exc:
+        raise ExportError(f"series {series_selector(s)}: '{key}' is not a number") from exc
+    if math.isnan(bound):
+        raise ExportError(f"series {series_selector(s)}: '{key}' is NaN")
+    if math.isinf(bound):
+        return bound, "+Inf" if bound > 0 else "-Inf"
+    # OpenMetrics wants floats in canonical form: "1.0", not "1".
+    return bound, repr(bound)
+
+
+def _without(labels: Labels, key: str) -> Labels:
+    return tuple((k, v) for k, v in labels if k != key)
+
+
+def _families(series: Sequence[Series]) -> list[_Family]:
+    by_family: dict[str, list[tuple[str, Series]]] = {}
+    for s in series:
+        base, role = _role(s.name)
+        by_family.setdefault(base, []).append((role, s))
+    families: list[_Family] = []
+    for name in sorted(by_family):
+        roles = {role for role, _ in by_family[name]}
+        members = [s for _, s in by_family[name]]
+        kind: Kind
+        if roles == {"_total"}:
+            kind = "counter"
+        elif roles == {""}:
+            kind = "gauge"
+        elif "_bucket" in roles and roles <= set(_HISTOGRAM_SUFFIXES):
+            kind = "histogram"
+        elif roles <= {"_count", "_sum", ""} and all(
+            any(k == "quantile" for k, _ in s.labels) for r, s in by_family[name] if r == ""
+        ):
+            kind = "summary"
+        else:
+            names = sorted({s.name for s in members})
+            raise ExportError(f"series {names} claim the same metric family '{name}'")
+        families.append(_Family(name, kind, tuple(sorted(members, key=_order_key(name, kind)))))
+    return families
+
+
+def _order_key(name: str, kind: Kind) -> Callable[[Series], tuple[Labels, int, float]]:
+    bound_key = {"histogram": "le", "summary": "quantile"}.get(kind)
+    rank = {"_bucket": 0, "": 0, "_count": 1, "_sum": 2}
+
+    def key(s: Series) -> tuple[Labels, int, float]:
+        if bound_key is None:
+            return s.labels, 0, 0.0
+        role = s.name.removeprefix(name)
+        if role in ("_bucket", ""):
+            return _without(s.labels, bound_key), 0, _canonical_bound(s, bound_key)[0]
+        return s.labels, rank[role], 0.0
+
+    return key
+
+
+def _exposed_labels(family: _Family, s: Series) -> Labels:
+    """The series' labels with ``le`` / ``quantile`` rewritten in canonical form."""
+    bound_key = {"histogram": "le", "summary": "quantile"}.get(family.kind)
+    if bound_key is None or s.name.removeprefix(family.name) not in ("_bucket", ""):
+        return s.labels
+    text = _canonical_bound(s, bound_key)[1]
+    return tuple((k, text if k == bound_key else v) for k, v in s.labels)
+
+
+def _group_of(family: _Family, s: Series) -> Labels:
+    """Labels shared by the samples that form one histogram/summary point."""
+    if family.kind == "histogram":
+        return _without(s.labels, "le")
+    if family.kind == "summary":
+        return _without(s.labels, "quantile")
+    return s.labels
+
+
+def _ensure_openmetrics_value(s: Series, value: float) -> None:
+    role = _role(s.name)[1]
+    if role and math.isnan(value):
+        raise ExportError(f"series {series_selector(s)}: counter-like sample is NaN")
+    if role in ("_total", "_count", "_bucket") and value < 0:
+        raise ExportError(f"series {series_selector(s)}: counter-like sample {value} < 0")
+    if role in ("_count", "_bucket") and not value.is_integer():
+        raise ExportError(f"series {series_selector(s)}: count {value} is not an integer")
+
+
+# -- OpenMetrics and the classic text format ----------------------------------------------------
+
+
+def _last_at_or_before(s: Series, at_s: float | None) -> int | None:
+    if s.t_s.size == 0:
+        return None
+    if at_s is None:
+        return int(s.t_s.size - 1)
+    i = int(np.searchsorted(s.t_s, at_s, side="right")) - 1
+    return None if i < 0 else i
+
+
+def _sample_line(head: str, value: float, timestamp_s: float | None) -> str:
+    line = f"{head} {_format_exposition_value(value)}"
+    if timestamp_s is not None:
+        line += f" {timestamp_s!r}"
+    return line + "\n"
+
+
+def to_openmetrics(
+    series: Sequence[Series],
+    *,
+    at_s: float | None = None,
+    epoch_s: float = 0.0,
+    with_timestamps: bool = True,
+) -> str:
+    """OpenMetrics 1.0 text exposition, ending in ``# EOF``.
+
+    With ``at_s`` None every sample is written, timestamped ``epoch_s + t_s`` (seconds); with
+    ``at_s`` only each series' last sample at or before it. Histogram points are written whole
+    (buckets by ``le``, then ``_count``, ``_sum``) per labels and timestamp, as the format asks.
+    """
+    if at_s is None and not with_timestamps:
+        raise ExportError("several samples per series need timestamps: give at_s or timestamps")
+    ensure_series_are_valid(series)
+    out: list[str] = []
+    for family in _families(series):
+        lines: list[str] = []
+        heads = {id(s): s.name + _render_labels(_exposed_labels(family, s)) for s in family.members}
+        if at_s is None:
+            for group in _groups(family):
+                for t_s, s, value in _merged_samples(group):
+                    _ensure_openmetrics_value(s, value)
+                    lines.append(_sample_line(heads[id(s)], value, epoch_s + t_s))
+        else:
+            for s in family.members:
+                i = _last_at_or_before(s, at_s)
+                if i is None:
+                    continue
+                value = float(s.values[i])
+                _ensure_openmetrics_value(s, value)
+                ts = epoch_s + float(s.t_s[i]) if with_timestamps else None
+                lines.append(_sample_line(heads[id(s)], value, ts))
+        if lines:
+            out.append(f"# TYPE {family.name} {family.kind}\n")
+            out.extend(lines)
+    out.append("# EOF\n")
+    return "".join(out)
+
+
+def _groups(family: _Family) -> list[list[Series]]:
+    """Members split into consecutive runs that share a histogram/summary group."""
+    groups: list[list[Series]] = []
+    last: Labels | None = None
+    for s in family.members:
+        g = _group_of(family, s)
+        if not groups or g != last:
+            groups.append([])
+        groups[-1].append(s)
+        last = g
+    return groups
+
+
+def _merged_samples(group: Sequence[Series]) -> list[tuple[float, Series, float]]:
+    """(t_s, series, value) of a group by time, members in exposition order at each time."""
+    rows = [
+        (float(t), rank, s, float(v))
+        for rank, s in enumerate(group)
+        for t, v in zip(s.t_s.tolist(), s.values.tolist(), strict=True)
+    ]
+    rows.sort(key=lambda row: (row[0], row[1]))
+    return [(t, s, v) for t, _, s, v in rows]
+
+
+def to_prometheus_text(series: Sequence[Series], *, at_s: float | None = None) -> str:
+    """The classic text format 0.0.4 a ``/metrics`` endpoint serves: each series' last sample at
+    or before ``at_s`` (the latest if None), no timestamps."""
+    ensure_series_are_valid(series)
+    out: list[str] = []
+    for family in _families(series):
+        lines: list[str] = []
+        for s in family.members:
+            i = _last_at_or_before(s, at_s)
+            if i is None:
+                continue
+            head = s.name + _render_labels(_exposed_labels(family, s))
+            lines.append(_sample_line(head, float(s.values[i]), None))
+        if not lines:
+            continue
+        # The classic format declares a counter under its full sample name.
+        declared = family.members[0].name if family.kind == "counter" else family.name
+        out.append(f"# TYPE {declared} {family.kind}\n")
+        out.extend(lines)
+    return "".join(out)

@@ -1,0 +1,149 @@
+"""Weights supply chain: regional origin (registry/bucket), node NICs and peer-to-peer.
+
+A fluid model per step over the active pulls (a pull is one node fetching one digest):
+
+* each pulling node asks for its NIC's line rate (north-south, GB/s);
+* a share ``h`` of its bytes comes from peers in the region that hold the digest (whole or in part,
+  as piece-sharing P2P does); ``h = max_hit · H / (H + half_saturation)`` where H counts holders
+  (a partial holder counts as its fraction), so the hit rate grows with the digest's spread;
+* the rest goes to the regional origin, which serves at most ``origin_gbytes_per_s`` and at most
+  ``max_requests_per_s × prefixes`` ranged GETs of ``range_mb``. Demand beyond the request rate is
+  answered 503 SlowDown, beyond bandwidth 429; clients back off and retry, which the fluid share
+  models as every origin-bound byte being slowed by the same factor.
+
+300 nodes × 140 GB from a 100 GB/s origin with no P2P take 42 TB / 100 GB/s = 420 s of transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from firedrill.model.spec import RegistrySpec
+
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass
+class RegionSupply:
+    spec: RegistrySpec
+    origin_gb: float = 0.0
+    p2p_gb: float = 0.0
+    errors_503: float = 0.0
+    errors_429: float = 0.0
+    peak_gbps_per_node: float = 0.0
+    holders: dict[int, int] = field(default_factory=dict)  # digest -> nodes holding it whole
+
+
+@dataclass
+class Pull:
+    node: int
+    region: int
+    digest: int
+    total_gb: float
+    remaining_gb: float
+    started_s: float
+
+
+class Supply:
+    def __init__(self, registries: list[RegistrySpec]) -> None:
+        self.regions = [RegionSupply(spec=r) for r in registries]
+        self.pulls: dict[tuple[int, int], Pull] = {}
+        self.last_rate_gbps: dict[tuple[int, int], float] = {}
+
+    def add_holder(self, region: int, digest: int, n: int = 1) -> None:
+        h = self.regions[region].holders
+        h[digest] = h.get(digest, 0) + n
+
+    def remove_holder(self, region: int, digest: int) -> None:
+        h = self.regions[region].holders
+        if h.get(digest, 0) > 0:
+            h[digest] -= 1
+
+    def start(self, node: int, region: int, digest: int, size_gb: float, now_s: float) -> None:
+        key = (node, digest)
+        if key not in self.pulls:
+            self.pulls[key] = Pull(node, region, digest, size_gb, size_gb, now_s)
+
+    def cancel_node(self, node: int) -> None:
+        for key in [k for k in self.pulls if k[0] == node]:
+            del self.pulls[key]
+
+    def step(
+        self,
+        dt_s: float,
+        nic_gbps: F64,
+        origin_ok: npt.NDArray[np.bool_],
+        available: set[tuple[int, int]],
+    ) -> list[Pull]:
+        """Advance every pull by ``dt_s``; return the pulls that completed.
+
+        ``nic_gbps`` is GB/s per node, ``origin_ok`` per node (False when its cell is cut from the
+        registry), ``available`` the (region, digest) pairs published in a region's registry.
+        """
+        if not self.pulls:
+            return []
+        pulls = list(self.pulls.values())
+        node = np.fromiter((p.node for p in pulls), dtype=np.int64, count=len(pulls))
+        region = np.fromiter((p.region for p in pulls), dtype=np.int64, count=len(pulls))
+        digest = np.fromiter((p.digest for p in pulls), dtype=np.int64, count=len(pulls))
+        remaining = np.fromiter((p.remaining_gb for p in pulls), dtype=np.float64, count=len(pulls))
+        total = np.fromiter((p.total_gb for p in pulls), dtype=np.float64, count=len(pulls))
+        want = nic_gbps[node]
+        hit = np.zeros(len(pulls))
+        for r_idx, rs in enumerate(self.regions):
+            in_r = region == r_idx
+            if not in_r.any() or not rs.spec.p2p:
+                continue
+            for d in np.unique(digest[in_r]):
+                grp = in_r & (digest == d)
+                partial = float(np.sum(1.0 - remaining[grp] / total[grp]))
+                holders = rs.holders.get(int(d), 0) + partial
+                h = (
+                    rs.spec.p2p_max_hit_rate
+                    * holders
+                    / (holders + rs.spec.p2p_half_saturation_nodes)
+                )
+                hit[grp] = h
+        can_origin = origin_ok[node] & np.fromiter(
+            ((int(r), int(d)) in available for r, d in zip(region, digest, strict=True)),
+            dtype=bool,
+            count=len(pulls),
+        )
+        origin_want = np.where(can_origin, (1.0 - hit) * want, 0.0)
+        scale = np.ones(len(pulls))
+        for r_idx, rs in enumerate(self.regions):
+            in_r = region == r_idx
+            demand = float(origin_want[in_r].sum())
+            if demand <= 0:
+                continue
+            gets_wanted = demand * 1000.0 / rs.spec.range_mb
+            get_cap = rs.spec.max_requests_per_s * rs.spec.prefixes
+            bw_cap = rs.spec.origin_gbytes_per_s
+            served = min(demand, bw_cap, get_cap * rs.spec.range_mb / 1000.0)
+            if gets_wanted > get_cap:
+                rs.errors_503 += (gets_wanted - get_cap) * dt_s
+            if demand > bw_cap:
+                rs.errors_429 += (demand - bw_cap) * 1000.0 / rs.spec.range_mb * dt_s
+            scale[in_r] = served / demand
+        peer_rate = np.where(can_origin, hit * want, np.where(hit > 0, hit * want, 0.0))
+        rate = peer_rate + origin_want * scale  # GB/s per pull
+        moved = np.minimum(rate * dt_s, remaining)
+        origin_moved = np.where(
+            rate > 0, moved * (origin_want * scale) / np.maximum(rate, 1e-12), 0
+        )
+        done: list[Pull] = []
+        for i, p in enumerate(pulls):
+            rs = self.regions[p.region]
+            rs.origin_gb += float(origin_moved[i])
+            rs.p2p_gb += float(moved[i] - origin_moved[i])
+            rs.peak_gbps_per_node = max(rs.peak_gbps_per_node, float(rate[i]))
+            self.last_rate_gbps[(p.node, p.digest)] = float(rate[i])
+            p.remaining_gb -= float(moved[i])
+            if p.remaining_gb <= 1e-9:
+                done.append(p)
+                del self.pulls[(p.node, p.digest)]
+                self.last_rate_gbps.pop((p.node, p.digest), None)
+        return done
