@@ -61,6 +61,7 @@ def _models() -> list[ModelSpec]:
     return [
         ModelSpec(
             name="llm-70b",
+            node_pools=["h100-serve"],
             weights_gb=140.0,
             tp=8,
             kv_bytes_per_token=327_680,
@@ -80,6 +81,7 @@ def _models() -> list[ModelSpec]:
         ),
         ModelSpec(
             name="llm-8b",
+            node_pools=["h100-serve-8b"],
             weights_gb=16.0,
             tp=1,
             kv_bytes_per_token=131_072,

@@ -164,6 +164,7 @@ class ModelSpec(StrictModel):
     queue_timeout_s: PositiveFloat = 60.0
     oom_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1.0)] = 0.95
     autoscaler: AutoscalerSpec = AutoscalerSpec()
+    node_pools: list[Name] = []  # node affinity: pools that may host it (empty: any serving pool)
 
 
 class TokensSpec(StrictModel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -301,7 +302,7 @@ class Twin:
         self._factor_acc = np.zeros(p)
         self._extra_acc = np.zeros(p)
         ages = np.arange(self.queue_k)
-        self._age_wait = np.where(ages > 0, (ages - 0.5) * self.dt, 0.0)
+        self._age_wait = ages * self.dt  # a cohort admitted k steps after arriving waited k·dt
         self._pool_range = np.arange(p)
         self._zeros_i = np.zeros(p, dtype=np.int64)
         self.pool_dirty = np.ones(p, dtype=bool)
@@ -430,10 +431,13 @@ class Twin:
 
     def _find_node(self, r: Replica) -> int:
         need = self.models[r.model].tp
+        affinity = self.models[r.model].node_pools
         best = -1
         for ni in self.cell_nodes[r.cell]:
             n = self.nodes[ni]
             if len(n.free) < need or not n.schedulable:
+                continue
+            if affinity and n.pool not in affinity:
                 continue
             usable = [g for g in n.free if g not in n.failed_gpus]
             if len(usable) < need:
@@ -553,7 +557,7 @@ class Twin:
             elif kind == "thermal_end":
                 self._clear_thermal(payload[0], payload[1])
             elif kind == "node_join":
-                self._node_joins(payload[0])
+                self._node_joins(payload[0], payload[1])
             elif kind == "replicated":
                 self._replication_lands(payload[0], payload[1], payload[2])
 
@@ -620,6 +624,8 @@ class Twin:
         rtt = (flow * cross[None, :, :]).sum(axis=1).reshape(-1) * CROSS_REGION_RTT_S
         extra = rtt / np.maximum(lam, 1e-12)
         self.lam = lam
+        if self.step_no == 1:
+            self.lam_warm = lam.copy()  # the run starts with warm prefix caches
         # prefix-cache warmth: traffic above its recent level arrives cold
         self.lam_warm += (lam - self.lam_warm) * self.warm_gain
         coldness = np.clip(1.0 - self.lam_warm / np.maximum(lam, 1e-12), 0.0, 1.0)
@@ -896,10 +902,12 @@ class Twin:
             self.capacity_errors += need_nodes - grant
         for _ in range(grant):
             self.spare_nodes[ri] -= 1
-            self._push(self.t + self.spec.regions[ri].capacity.node_provision_s, "node_join", (ci,))
+            self._push(
+                self.t + self.spec.regions[ri].capacity.node_provision_s, "node_join", (ci, mi)
+            )
         return max(0, free_slots - pending) + grant * per_node
 
-    def _node_joins(self, ci: int) -> None:
+    def _node_joins(self, ci: int, mi: int) -> None:
         self.pool_dirty[self.pool_cell == ci] = True
         ri = self.cell_region[ci]
         proto = self.nodes[self.cell_nodes[ci][0]] if self.cell_nodes[ci] else None
@@ -909,7 +917,7 @@ class Twin:
             name=f"gpu-{self.cell_names[ci]}-scaleout-{k:04d}",
             region=ri,
             cell=ci,
-            pool="scaleout",
+            pool=(self.models[mi].node_pools or ["scaleout"])[0],
             role="serving",
             gpus=8,
             nic_gbps=proto.nic_gbps if proto else 50.0,
@@ -1164,11 +1172,17 @@ class Twin:
             case ops.SetReplicas(model=model, cell=cell):
                 p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
                 return ops.SetReplicas(model, cell, int(self.desired[p]))
-            case (
-                ops.StartRollout(model=model)
-                | ops.AbortRollout(model=model)
-                | ops.PromoteRollout(model=model)
-            ):
+            case ops.StartRollout(model=model) | ops.AbortRollout(model=model):
+                # These move only the canary: their inverse must leave each region's stable
+                # digest alone (regions differ while a promotion replicates).
+                mi = self._model_i(model)
+                ro = self.rollout[mi]
+                if ro is not None:
+                    return ops.StartRollout(model, self.digests[ro[0]].digest, ro[1])
+                if isinstance(op, ops.StartRollout):
+                    return ops.AbortRollout(model)
+                return ops.Noop("no rollout")
+            case ops.PromoteRollout(model=model):
                 mi = self._model_i(model)
                 ro = self.rollout[mi]
                 stable = self.digests[int(self.region_digest[mi, 0])].digest
@@ -1264,8 +1278,8 @@ class Twin:
                 self._node_i(node)
                 return ops.ClearLinkFlap(node)
             case ops.ClearLinkFlap(node=node):
-                self._node_i(node)
-                return ops.Noop("link restored")
+                n = self.nodes[self._node_i(node)]
+                return ops.InjectLinkFlap(node) if n.link_down else ops.Noop("link not down")
             case ops.InjectThermal(node=node, gpu=gpu):
                 ni = self._node_i(node)
                 self._gpu_check(ni, gpu)
@@ -1273,7 +1287,14 @@ class Twin:
             case ops.ClearThermal(node=node, gpu=gpu):
                 ni = self._node_i(node)
                 self._gpu_check(ni, gpu)
-                return ops.Noop("thermal cleared")
+                if not self.dcgm.get((ni, gpu, -2)):
+                    return ops.Noop("not hot")
+                slowdowns = [
+                    self.replicas[r].slowdown
+                    for r in self.nodes[ni].replicas
+                    if gpu in self.replicas[r].gpus
+                ]
+                return ops.InjectThermal(node, gpu, max(slowdowns, default=2.0))
             case ops.SetServingConfig(model=model):
                 mi = self._model_i(model)
                 bundle = self.bundle[mi]
@@ -1291,13 +1312,19 @@ class Twin:
         raise OperationError(f"unsupported operation {op!r}")
 
     def _pod_check(self, pod: str) -> None:
-        if not (pod.startswith("r") and pod[1:].isdigit() and int(pod[1:]) < len(self.replicas)):
+        if not (re.fullmatch(r"r[0-9]{6,}", pod) and int(pod[1:]) < len(self.replicas)):
             raise UnknownTargetError("pod", pod)
 
     def _partition_check(self, kind: str, a: str, b: str) -> None:
         if kind == "cell-registry":
-            self._cell_i(a)
+            ci = self._cell_i(a)
             self._region_i(b)
+            if self.region_names[self.cell_region[ci]] != b:
+                raise OperationError(f"cell '{a}' pulls from its own region's registry, not '{b}'")
+        elif kind == "region-edge":
+            self._region_i(a)
+            if b != "edge":
+                raise OperationError("a region-edge partition names the edge as 'edge'")
         elif kind == "region-region":
             self._region_i(a)
             self._region_i(b)
@@ -1309,8 +1336,10 @@ class Twin:
         match op:
             case ops.Cordon(node=node):
                 self.nodes[self.node_index[node]].cordoned = True
+                self._record_node(node)
             case ops.Uncordon(node=node):
                 self.nodes[self.node_index[node]].cordoned = False
+                self._record_node(node)
             case ops.Taint(node=node, key=key, value=value, effect=effect):
                 self.nodes[self.node_index[node]].taints[key] = (value, effect)
                 self._record_node(node)
@@ -1338,6 +1367,7 @@ class Twin:
                 for c, w in weights:
                     if w < 0:
                         raise OperationError(f"route weight for '{c}' must be >= 0")
+                for c, w in weights:
                     self.weights[mi, self.cell_index[c]] = w
             case ops.QuarantineCell(cell=cell):
                 self.cell_quarantined[self.cell_index[cell]] = True
@@ -1362,6 +1392,8 @@ class Twin:
                 mi = self.model_index[model]
                 if digest not in self.digest_index:
                     raise UnknownTargetError("digest", digest)
+                if self.digests[self.digest_index[digest]].model != mi:
+                    raise OperationError(f"digest {digest} is not a digest of '{model}'")
                 self.rollout[mi] = (self.digest_index[digest], pct)
                 self._record_model_change("weights", mi, "stable", f"{digest} canary {pct}%")
             case ops.AbortRollout(model=model):
@@ -1381,11 +1413,19 @@ class Twin:
             case ops.RestoreRollout(
                 model=model, stable_digest=stable, canary_digest=canary, canary_percent=pct
             ):
+                if not 0 <= pct <= 100:
+                    raise OperationError("canary_percent must be within 0..100")
                 mi = self.model_index[model]
+                for named in (stable, canary):
+                    if named is not None and named not in self.digest_index:
+                        raise UnknownTargetError("digest", named)
                 self.rollout[mi] = None if canary is None else (self.digest_index[canary], pct)
-                if stable in self.digest_index:
-                    for ri in range(len(self.region_names)):
-                        self.region_digest[mi, ri] = self.digest_index[stable]
+                for ri in range(len(self.region_names)):
+                    self.region_digest[mi, ri] = self.digest_index[stable]
+                after = f"restored: stable {stable}"
+                if canary is not None:
+                    after += f", {canary} canary {pct}%"
+                self._record_model_change("weights", mi, "rollout", after)
             case ops.SetFlag(key=key, value=value):
                 if value is None:
                     self.flags.pop(key, None)

@@ -136,7 +136,7 @@ class TtftBinner:
         if rows_p.size == 0:
             return counts, sums
         n = admitted[rows_p, rows_k]
-        wait = np.where(rows_k > 0, (rows_k - 0.5) * self.dt_s, 0.0) + extra_s[rows_p]
+        wait = rows_k * self.dt_s + extra_s[rows_p]
         budget = self.edges[None, :] - wait[:, None]
         cdf = prefill_cdf(rows_p, self.shape, budget, factor[rows_p])
         pvals = np.diff(

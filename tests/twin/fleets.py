@@ -1,0 +1,93 @@
+"""Small fleets built in code for fidelity tests: one knob at a time, everything else off."""
+
+from __future__ import annotations
+
+from firedrill.model.spec import (
+    AutoscalerSpec,
+    CatalogBundleSpec,
+    CellSpec,
+    FaultsSpec,
+    FleetSpec,
+    LatencySpec,
+    ModelSpec,
+    NodePoolSpec,
+    ProductSpec,
+    RegionSpec,
+    RegistrySpec,
+    ServingConfig,
+    TokensSpec,
+    WeightsSpec,
+)
+
+D = "sha256:" + "ab" * 32
+B = "sha256:" + "cd" * 32
+
+
+def model(
+    *,
+    name: str = "llm-70b",
+    weights_gb: float = 140.0,
+    tp: int = 8,
+    latency: LatencySpec | None = None,
+    max_num_seqs: int = 256,
+    queue_timeout_s: float = 60.0,
+) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        weights_gb=weights_gb,
+        tp=tp,  # type: ignore[arg-type]
+        weights=WeightsSpec(digest=D),
+        bundle=CatalogBundleSpec(
+            digest=B,
+            prompt_digest=B,
+            toolset_digest=B,
+            serving_config=ServingConfig(max_num_seqs=max_num_seqs),
+        ),
+        latency=latency or LatencySpec(),
+        queue_timeout_s=queue_timeout_s,
+        autoscaler=AutoscalerSpec(enabled=False),
+    )
+
+
+def fleet(
+    *,
+    regions: dict[str, tuple[int, int, int, float]],
+    m: ModelSpec,
+    tokens: TokensSpec | None = None,
+    registry: RegistrySpec | None = None,
+) -> FleetSpec:
+    """regions: name -> (cells, nodes per cell, replicas per cell, constant demand rps)."""
+    region_specs = []
+    demand = {}
+    for ri, (rname, (cells, nodes, replicas, rps)) in enumerate(regions.items()):
+        region_specs.append(
+            RegionSpec(
+                name=rname,
+                registry=registry or RegistrySpec(),
+                cells=[
+                    CellSpec(
+                        name=f"c{ri}-{k}",
+                        node_pools=[NodePoolSpec(name="serve", nodes=nodes)],
+                        replicas={m.name: replicas},
+                    )
+                    for k in range(cells)
+                ],
+            )
+        )
+        demand[rname] = rps
+    return FleetSpec(
+        name="fidelity",
+        models=[m],
+        regions=region_specs,
+        products=[
+            ProductSpec(
+                name="chat",
+                model=m.name,
+                peak_rps=demand,
+                diurnal_amplitude=0.0,
+                noise=0.0,
+                tokens=tokens or TokensSpec(),
+            )
+        ],
+        faults=FaultsSpec(background=[]),
+    )

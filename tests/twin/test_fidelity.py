@@ -1,0 +1,168 @@
+"""Fidelity: the twin reproduces the numbers the product is calibrated to (seeded, so exact).
+
+* queueing: a cell of c identical replicas at steady Poisson load against Erlang C (M/M/c);
+* hydrate: 300 nodes x 140 GB from a 100 GB/s origin, with and without P2P;
+* background faults: about 19 remediable events per 1,000 nodes per day;
+* low load: 70B TTFT p50/p99 against vLLM's CI numbers (57 ms / 111 ms at 1 QPS).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from firedrill.model import operations as ops
+from firedrill.model.spec import FaultsSpec, LatencySpec, RegistrySpec, TokensSpec
+from firedrill.twin.engine import LOADING, PULLING, READY, Twin
+from firedrill.twin.faults import FaultProcess
+from firedrill.twin.serving import erlang_c_wait_s, quantile_from_hist
+from tests.twin.fleets import fleet, model
+
+SERVICE_S = 20.0  # 250 output tokens x 80 ms, prefill ~0
+SEATS_PER_REPLICA = 2
+REPLICAS = 4  # c = 8 seats per cell
+
+
+@pytest.fixture(scope="module")
+def queue_twin() -> Twin:
+    """Three regions at 50%, 70% and 90% utilisation; 40 cells each, run 8 simulated hours."""
+    lat = LatencySpec(
+        prefill_a_s=0.0,
+        prefill_b_s_per_token=1e-9,
+        prefill_c_s_per_token2=0.0,
+        decode_a_s=SERVICE_S / 250.0,
+        decode_b_s_per_token=0.0,
+        decode_c_s_per_seq=0.0,
+        prefill_interference=0.0,
+        cold_cache_penalty=0.0,
+    )
+    c = SEATS_PER_REPLICA * REPLICAS
+    cells = 40
+    regions = {
+        f"r{int(rho * 100)}": (cells, REPLICAS, REPLICAS, rho * c / SERVICE_S * cells)
+        for rho in (0.5, 0.7, 0.9)
+    }
+    m = model(latency=lat, max_num_seqs=SEATS_PER_REPLICA, queue_timeout_s=300.0)
+    spec = fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
+    twin = Twin(spec, seed=11, record=False)
+    twin.run_for(8 * 3600)
+    twin.flush_ttft()
+    return twin
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.7, 0.9])
+def test_mean_queue_wait_matches_erlang_c(queue_twin: Twin, rho: float) -> None:
+    twin = queue_twin
+    region = twin.region_index[f"r{int(rho * 100)}"]
+    pools = np.nonzero(twin.pool_region == region)[0]
+    measured = twin.queue_wait_sum[pools].sum() / twin.admitted_total[pools].sum()
+    c = SEATS_PER_REPLICA * REPLICAS
+    expected = erlang_c_wait_s(c, rho * c / SERVICE_S, SERVICE_S)
+    assert measured == pytest.approx(expected, rel=0.10)
+    # and the utilisation the twin reports is the offered load
+    assert twin.util_sum[pools].mean() / twin.samples == pytest.approx(rho, rel=0.02)
+
+
+def test_erlang_c_formula_against_a_known_value() -> None:
+    # M/M/2 with a = 1 (rho 0.5): P(wait) = 1/3, Wq = P / (c mu - lambda) = (1/3) / (2 - 1)
+    assert erlang_c_wait_s(2, 1.0, 1.0) == pytest.approx(1 / 3)
+
+
+def _hydrate_twin(p2p: bool) -> tuple[Twin, float, float, float]:
+    """300 empty nodes asked for 300 llm-70b replicas at once; return pulled/ready times."""
+    reg = RegistrySpec(origin_gbytes_per_s=100.0, p2p=p2p)
+    spec = fleet(regions={"r": (1, 300, 0, 0.0)}, m=model(), registry=reg)
+    twin = Twin(spec, seed=3, record=False)
+    twin.apply(ops.SetReplicas("llm-70b", "c0-0", 300))
+    t0 = twin.t
+    pulled_at = ready_at = None
+    while twin.t < t0 + 2000 and ready_at is None:
+        twin.step()
+        states = [r.state for r in twin.replicas]
+        if (
+            pulled_at is None
+            and states
+            and all(s not in (PULLING,) for s in states)
+            and len(states) == 300
+            and all(s != 0 for s in states)
+        ):
+            pulled_at = twin.t - t0
+        if states.count(READY) == 300:
+            ready_at = twin.t - t0
+    assert pulled_at is not None
+    assert ready_at is not None
+    rs = twin.supply.regions[0]
+    return twin, pulled_at, ready_at, rs.origin_gb
+
+
+def test_hydrate_storm_without_p2p_is_bandwidth_bound() -> None:
+    twin, pulled_s, ready_s, origin_gb = _hydrate_twin(p2p=False)
+    assert pulled_s == pytest.approx(420.0, rel=0.10)  # 42 TB / 100 GB/s
+    load_s = 140.0 / 5.0
+    assert ready_s == pytest.approx(420.0 + load_s + 20.0, rel=0.10)
+    assert origin_gb == pytest.approx(300 * 140.0, rel=1e-6)
+    assert twin.supply.regions[0].p2p_gb == 0.0
+    assert twin.supply.regions[0].peak_gbps_per_node == pytest.approx(100.0 / 300, rel=0.01)
+
+
+def test_hydrate_storm_with_p2p_takes_bytes_off_the_origin() -> None:
+    twin, pulled_s, _, origin_gb = _hydrate_twin(p2p=True)
+    rs = twin.supply.regions[0]
+    total = 300 * 140.0
+    assert origin_gb + rs.p2p_gb == pytest.approx(total, rel=1e-6)
+    hit_rate = rs.p2p_gb / total
+    assert hit_rate > 0.5  # peers serve most bytes once the digest has spread
+    assert origin_gb == pytest.approx((1 - hit_rate) * total, rel=0.10)
+    _, pulled_no_p2p, _, _ = _hydrate_twin(p2p=False)
+    assert pulled_s < pulled_no_p2p / 2
+
+
+def test_hydrate_with_request_rate_cap_answers_slowdown() -> None:
+    reg = RegistrySpec(origin_gbytes_per_s=100.0, p2p=False, max_requests_per_s=500, prefixes=1)
+    spec = fleet(regions={"r": (1, 50, 0, 0.0)}, m=model(), registry=reg)
+    twin = Twin(spec, seed=3, record=False)
+    twin.apply(ops.SetReplicas("llm-70b", "c0-0", 50))
+    twin.run_for(60)
+    rs = twin.supply.regions[0]
+    assert rs.errors_503 > 0  # 503 SlowDown beyond 500 GET/s
+    assert rs.origin_gb == pytest.approx(500 * 16 / 1000 * 55, rel=0.15)  # 8 GB/s for ~55 s
+    assert any(r.state == PULLING for r in twin.replicas)
+    assert not any(r.state == LOADING for r in twin.replicas)
+
+
+def test_background_faults_are_19_per_1000_nodes_per_day() -> None:
+    rng = np.random.default_rng(5)
+    proc = FaultProcess(FaultsSpec(), nodes=10_000, gpus_per_node=8, rng=rng)
+    remediable = 0
+    days = 7
+    for t in range(days * 86_400):
+        remediable += sum(1 for ev in proc.sample(float(t), 1.0) if ev.remediable)
+    per_day = remediable / days
+    assert per_day == pytest.approx(190.0, rel=0.15)
+
+
+def test_background_faults_reach_the_fleet_and_its_series() -> None:
+    faults = FaultsSpec.model_validate(
+        {"background": [{"kind": "xid", "xid": 79, "per_1000_node_days": 20_000.0}]}
+    )
+    spec = fleet(regions={"r": (1, 20, 20, 10.0)}, m=model()).model_copy(update={"faults": faults})
+    twin = Twin(spec, seed=1)
+    twin.run_for(600)
+    assert twin.fault_log, "a high rate must produce events"
+    assert all(ev.xid == 79 for ev in twin.fault_log)
+    assert twin.ready[0] < 20  # XID 79: the GPU fell off the bus, its replica is out
+    series = twin.query("DCGM_FI_DEV_XID_ERRORS", start_s=0, end_s=600)
+    assert series
+    assert {s.label("cell") for s in series} == {"c0-0"}
+    assert all(np.nanmax(s.values) == 79 for s in series)
+
+
+def test_low_load_ttft_matches_vllm_ci_numbers() -> None:
+    spec = fleet(regions={"r": (1, 8, 8, 1.0)}, m=model())  # 1 QPS on a cell of 70B replicas
+    twin = Twin(spec, seed=2, record=False)
+    twin.run_for(4 * 3600)
+    twin.flush_ttft()
+    p50 = quantile_from_hist(twin.ttft_hist[0], twin.edges, 0.5)
+    p99 = quantile_from_hist(twin.ttft_hist[0], twin.edges, 0.99)
+    assert p50 == pytest.approx(0.057, rel=0.20)
+    assert p99 == pytest.approx(0.111, rel=0.20)
