@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from firedrill.model.changes import ChangeEvent
 from firedrill.model.operations import Operation
-from firedrill.model.series import Series
+from firedrill.model.series import Labels, Series
 from firedrill.model.state import CellView, NodeView
 
 
@@ -52,4 +55,10 @@ class Signals(Protocol):
         end_s: float,
     ) -> Sequence[Series]:
         """Series with this name whose labels equal ``matchers``, sampled in [start, end]."""
+        ...
+
+    def instant(
+        self, name: str, matchers: Mapping[str, str] | None = None
+    ) -> tuple[float, Sequence[Labels], npt.NDArray[np.float64]]:
+        """The latest sample of each matching series: (time, labels, values). Cheap to repeat."""
         ...

@@ -433,6 +433,8 @@ def test_link_flap_takes_the_whole_tp8_replica_out(twin: Twin) -> None:
     rid = replica_on(twin, SERVE)
     assert twin.models[twin.replicas[rid].model].tp == 8
     assert twin.replicas[rid].state == READY
+    # pin the scaler: a scale-in would rightly remove the broken replica first
+    twin.apply(ops.PauseScaler("llm-70b", "use1-a", int(twin.desired[p])))
     ready_before = int(twin.ready[p])
 
     twin.apply(ops.InjectLinkFlap(SERVE))

@@ -279,6 +279,15 @@ class SetNodeVersion:
 
 
 @dataclass(frozen=True)
+class InjectServingErrors:
+    """A share of a pool's requests fail with 5xx (a bad serving image or canary)."""
+
+    model: str
+    cell: str
+    fraction: float
+
+
+@dataclass(frozen=True)
 class Noop:
     """The inverse of an operation that needs no undo (e.g. a read-only injection)."""
 
@@ -291,7 +300,8 @@ Operation = (
     | PromoteRollout | RestoreRollout | SetFlag | QuarantinePod | UnquarantinePod | PromoteDigest
     | RestoreDigest | PauseReplication | ResumeReplication | Partition | Heal | DenyCapacity
     | AllowCapacity | InjectDcgmField | ClearDcgmField | InjectLinkFlap | ClearLinkFlap
-    | InjectThermal | ClearThermal | SetServingConfig | SetNodeVersion | Noop
+    | InjectThermal | ClearThermal | SetServingConfig | SetNodeVersion | InjectServingErrors
+    | Noop
 )  # fmt: skip
 
 

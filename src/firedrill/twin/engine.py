@@ -131,7 +131,13 @@ class Twin:
     def __init__(self, spec: FleetSpec, seed: int, *, record: bool = True, hours_hint: float = 1.0):
         self.spec = spec
         self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        # Independent streams: demand and background faults do not depend on what the serving
+        # model draws, so two runs with the same seed see the same offered load and the same
+        # faults whatever levers one of them pulls (control vs treatment comparisons).
+        serving_ss, demand_ss, fault_ss = np.random.SeedSequence(seed).spawn(3)
+        self.rng = np.random.default_rng(serving_ss)
+        self._demand_rng = np.random.default_rng(demand_ss)
+        self._fault_rng = np.random.default_rng(fault_ss)
         self.dt = spec.dt_s
         self.t = 0.0
         self.step_no = 0
@@ -141,8 +147,8 @@ class Twin:
         self.journal: list[ops.Applied] = []
         self._build_topology()
         self._build_pools()
-        self.demand = Demand(spec, self.rng)
-        self.faults = FaultProcess(spec.faults, len(self.nodes), 8, self.rng)
+        self.demand = Demand(spec, self._demand_rng)
+        self.faults = FaultProcess(spec.faults, len(self.nodes), 8, self._fault_rng)
         self._refresh_bad_exporters()
         self.supply = Supply([r.registry for r in spec.regions])
         self.fault_log: list[FaultEvent] = []
@@ -164,6 +170,9 @@ class Twin:
         self._next_autoscale = AUTOSCALE_EVERY_S
         self._place_initial()
         self._register_series()
+        if record:
+            self._scrape()  # t = 0: what Prometheus sees before anything happens
+            self._next_scrape = spec.scrape_interval_s
 
     # ------------------------------------------------------------------------------------------
     # construction
@@ -306,6 +315,7 @@ class Twin:
         self._pool_range = np.arange(p)
         self._zeros_i = np.zeros(p, dtype=np.int64)
         self.pool_dirty = np.ones(p, dtype=bool)
+        self.error_fraction = np.zeros(p)
         self.prefill_mean = mean_prefill_s(self.shape)
         self.kv_tokens_per_seq = self.shape.prompt_mean + self.shape.output_mean / 2.0
         self.warm_gain = np.minimum(self.dt / self.cold_decay, 1.0)
@@ -579,9 +589,9 @@ class Twin:
             self._next_autoscale = self.t + AUTOSCALE_EVERY_S
         for ev in self.faults.sample(self.t, self.dt):
             self._fault(ev)
-        if self.record and self.t >= self._next_scrape:
+        if self.record and self.t >= self._next_scrape - 1e-9:
             self._scrape()
-            self._next_scrape = self.t + self.spec.scrape_interval_s
+            self._next_scrape += self.spec.scrape_interval_s
 
     def run_for(self, seconds: float) -> None:
         end = self.t + seconds - 1e-9
@@ -684,6 +694,10 @@ class Twin:
         tpot_bin = np.searchsorted(TPOT_EXPORT, tpot / slow_mix)
         np.add.at(self.tpot_hist, (self._pool_range, tpot_bin), done)
         self.tpot_sum += done * tpot
+        if self.error_fraction.any():
+            failed = self.rng.binomial(done, self.error_fraction)
+            self.errors += failed  # counted as requests when they arrived
+            done = done - failed
         self.ok += done
         fails = timed_out
         if dropped is not None:
@@ -1307,6 +1321,9 @@ class Twin:
             case ops.SetNodeVersion(node=node, component=comp):
                 n = self.nodes[self._node_i(node)]
                 return ops.SetNodeVersion(node, comp, n.versions[comp])
+            case ops.InjectServingErrors(model=model, cell=cell):
+                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                return ops.InjectServingErrors(model, cell, float(self.error_fraction[p]))
             case ops.Noop():
                 return ops.Noop()
         raise OperationError(f"unsupported operation {op!r}")
@@ -1517,6 +1534,11 @@ class Twin:
                 n.versions[comp] = version
                 self._refresh_bad_exporters()
                 self._record_change("node_layer", n.cell, node, old_version, version, comp)
+            case ops.InjectServingErrors(model=model, cell=cell, fraction=frac):
+                if not 0.0 <= frac <= 1.0:
+                    raise OperationError("error fraction must be within 0..1")
+                p = self.model_index[model] * len(self.cell_names) + self.cell_index[cell]
+                self.error_fraction[p] = frac
             case ops.Noop():
                 pass
         return inverse
@@ -1667,6 +1689,11 @@ class Twin:
     ) -> Sequence[Series]:
         return self.store.query(name, matchers, start_s=start_s, end_s=end_s)
 
+    def instant(
+        self, name: str, matchers: Mapping[str, str] | None = None
+    ) -> tuple[float, Sequence[Labels], F64]:
+        return self.store.instant(name, matchers)
+
     # ------------------------------------------------------------------------------------------
     # series
     def _register_series(self) -> None:
@@ -1736,6 +1763,13 @@ class Twin:
                 [labels_of(region=r, code=code) for r in self.region_names],
             )
         s.family("firedrill_hydrate_pulls_active", reg)
+        s.family(
+            "firedrill_cell_nodes",
+            [
+                labels_of(cell=c, region=self.region_names[self.cell_region[i]])
+                for i, c in enumerate(self.cell_names)
+            ],
+        )
         s.family("firedrill_admission_decisions_total|admit", [labels_of(decision="admit")])
         s.family("firedrill_admission_decisions_total|deny", [labels_of(decision="deny")])
         self._ttft_export_idx = np.searchsorted(self.edges, TTFT_EXPORT)
@@ -1788,6 +1822,7 @@ class Twin:
         for p in self.supply.pulls.values():
             active[p.region] += 1
         s.write("firedrill_hydrate_pulls_active", k, active)
+        s.write("firedrill_cell_nodes", k, np.array([float(len(n)) for n in self.cell_nodes]))
         s.write(
             "firedrill_admission_decisions_total|admit",
             k,

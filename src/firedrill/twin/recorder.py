@@ -45,10 +45,18 @@ class SeriesStore:
         self.families: dict[str, _Family] = {}
         self.sparse: dict[str, dict[Labels, _Sparse]] = {}
         self.times: list[float] = []
+        self._by_name: dict[str, list[str]] = {}
+        self._selections: dict[
+            tuple[str, tuple[tuple[str, str], ...]], list[tuple[str, list[Labels], list[int]]]
+        ] = {}
 
     # -- writing ------------------------------------------------------------------------------
-    def family(self, name: str, labels: list[Labels]) -> None:
-        self.families[name] = _Family(name, labels, np.full((self.capacity, len(labels)), np.nan))
+    def family(self, key: str, labels: list[Labels]) -> None:
+        """Register a dense family; ``key`` is the series name, or 'name|variant' when one name
+        is written in parts (e.g. one part per status code)."""
+        name = key.split("|", 1)[0]
+        self.families[key] = _Family(name, labels, np.full((self.capacity, len(labels)), np.nan))
+        self._by_name.setdefault(name, []).append(key)
 
     def begin_scrape(self, t_s: float) -> int:
         k = len(self.times)
@@ -79,7 +87,7 @@ class SeriesStore:
 
     # -- reading (the Signals port) -------------------------------------------------------------
     def series_names(self) -> Sequence[str]:
-        return sorted(set(self.families) | set(self.sparse))
+        return sorted(set(self._by_name) | set(self.sparse))
 
     def query(
         self,
@@ -95,8 +103,8 @@ class SeriesStore:
         hi = int(np.searchsorted(times, end_s, side="right"))
         window = times[lo:hi]
         out: list[Series] = []
-        fam = self.families.get(name)
-        if fam is not None:
+        for key in self._by_name.get(name, []):
+            fam = self.families[key]
             for i, labels in enumerate(fam.labels):
                 if _matches(labels, want):
                     out.append(Series(name, labels, window, fam.rows[lo:hi, i].copy()))
@@ -107,6 +115,41 @@ class SeriesStore:
             vals = np.where(idx >= 0, np.asarray(log.values)[np.maximum(idx, 0)], np.nan)
             out.append(Series(name, labels, window, vals))
         return out
+
+    def instant(
+        self, name: str, matchers: Mapping[str, str] | None = None
+    ) -> tuple[float, Sequence[Labels], F64]:
+        """Latest value of each matching series; dense selections are resolved once and cached."""
+        t = self.times[-1] if self.times else 0.0
+        k = len(self.times) - 1
+        key = (name, tuple(sorted((matchers or {}).items())))
+        sel = self._selections.get(key)
+        if sel is None:
+            parts: list[tuple[str, list[Labels], list[int]]] = []
+            for fkey in self._by_name.get(name, []):
+                fam = self.families[fkey]
+                idx = [i for i, lab in enumerate(fam.labels) if _matches(lab, key[1])]
+                if idx:
+                    parts.append((fkey, [fam.labels[i] for i in idx], idx))
+            sel = parts
+            self._selections[key] = sel
+        labels = [lab for _, labs, _ in sel for lab in labs]
+        if k >= 0 and sel:
+            values = np.concatenate([self.families[f].rows[k, idx] for f, _, idx in sel])
+        else:
+            values = np.zeros(0)
+        sparse = self.sparse.get(name)
+        if sparse:
+            extra_l: list[Labels] = []
+            extra_v: list[float] = []
+            for lab, log in sparse.items():
+                if _matches(lab, key[1]) and log.t_s and log.t_s[0] <= t:
+                    i = int(np.searchsorted(np.asarray(log.t_s), t, side="right")) - 1
+                    extra_l.append(lab)
+                    extra_v.append(log.values[i])
+            if extra_l:
+                return t, [*labels, *extra_l], np.concatenate([values, np.asarray(extra_v)])
+        return t, labels, values
 
     def latest(self, name: str, matchers: Mapping[str, str] | None = None) -> Sequence[Series]:
         """Each matching series' value at the last scrape."""
