@@ -1,0 +1,1 @@
+"""Detection: SLIs, multiwindow burn rates, alert rules, routing, grouping and inhibition."""

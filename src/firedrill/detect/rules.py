@@ -1,0 +1,405 @@
+"""Prometheus rules generated from an SLO spec: what a real fleet loads, and what the twin means.
+
+Symptoms page (multiwindow burn rate per cell); causes ticket; the remediation system pages on its
+own rate; security tripwires always page security. Recording rule names follow Sloth's convention
+(``slo:sli_error:ratio_rate5m`` ...) so dashboards built for it keep working; every alert also says
+which burn tier fired (``burn_tier``), which Sloth and Pyrra do not.
+
+Every alert carries a non-empty ``cell`` label (region-scoped alerts use ``cell="region:<name>"``)
+so that Alertmanager's "missing label equals empty" rule cannot make an inhibition fleet-wide.
+Node-scoped alerts carry ``node`` (copied from DCGM's ``Hostname``) for the node inhibition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from firedrill.detect.slo import SLI_TITLES, BurnTier, Objective, SloSpec, duration_s
+
+FATAL_XIDS = (48, 62, 64, 79, 95, 119, 120, 140)
+APP_XIDS = (13, 31, 43)
+
+
+def _le(threshold_s: float) -> str:
+    return repr(float(threshold_s))
+
+
+def window_suffix(window: str) -> str:
+    return window
+
+
+def sloth_id(spec: SloSpec, o: Objective) -> str:
+    return f"{spec.service}-{o.name}"
+
+
+def _sel(o: Objective, extra: str = "") -> str:
+    inner = f'model_name="{o.model}"'
+    return "{" + inner + (f",{extra}" if extra else "") + "}"
+
+
+def sli_error_expr(o: Objective, window: str) -> str:
+    """PromQL for the SLI's error ratio per cell over ``window``."""
+    by = "sum by (cell, region)"
+    if o.sli == "ttft":
+        good = _good_ttft(o, window)
+        total = f"{by} (rate(vllm:time_to_first_token_seconds_count{_sel(o)}[{window}]))"
+        return f"1 - ({good} / {total})"
+    if o.sli == "availability":
+        bad = f"{by} (rate(http_requests_total{_sel(o, 'status=' + _q('5xx'))}[{window}]))"
+        total = f"{by} (rate(http_requests_total{_sel(o)}[{window}]))"
+        return f"{bad} / {total}"
+    good = _good_ttft(o, window)
+    total = f"{by} (rate(http_requests_total{_sel(o)}[{window}]))"
+    return f"1 - ({good} / {total})"
+
+
+def _good_ttft(o: Objective, window: str) -> str:
+    sel = _sel(o, f"le={_q(_le(o.ttft_threshold_s))}")
+    return f"sum by (cell, region) (rate(vllm:time_to_first_token_seconds_bucket{sel}[{window}]))"
+
+
+def sli_events_expr(o: Objective, window: str) -> str:
+    """Events per second of the SLI's denominator per cell over ``window``."""
+    name = "vllm:time_to_first_token_seconds_count" if o.sli == "ttft" else "http_requests_total"
+    return f"sum by (cell, region) (rate({name}{_sel(o)}[{window}]))"
+
+
+def _q(s: str) -> str:
+    return '"' + s + '"'
+
+
+def alert_name(o: Objective, tier: BurnTier) -> str:
+    return f"Cell{SLI_TITLES[o.sli]}Burn{tier.tier.capitalize()}"
+
+
+def _slo_labels(spec: SloSpec, o: Objective) -> dict[str, str]:
+    return {
+        "sloth_service": spec.service,
+        "sloth_slo": o.name,
+        "sloth_id": sloth_id(spec, o),
+        "model_name": o.model,
+        "product": o.product,
+    }
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.10g}"
+
+
+def slo_group(spec: SloSpec, o: Objective) -> dict[str, Any]:
+    labels = _slo_labels(spec, o)
+    rules: list[dict[str, Any]] = []
+    for w in spec.windows():
+        rules.append(
+            {
+                "record": f"slo:sli_error:ratio_rate{window_suffix(w)}",
+                "expr": sli_error_expr(o, w),
+                "labels": {**labels, "sloth_window": w},
+            }
+        )
+    rules.append(
+        {
+            "record": "slo:sli_events:rate1h",
+            "expr": sli_events_expr(o, "1h"),
+            "labels": {**labels, "sloth_window": "1h"},
+        }
+    )
+    rules.append(
+        {"record": "slo:objective:ratio", "expr": f"vector({_fmt(o.target)})", "labels": labels}
+    )
+    rules.append(
+        {"record": "slo:error_budget:ratio", "expr": f"vector({_fmt(o.budget)})", "labels": labels}
+    )
+    rules.append(
+        {
+            "record": "slo:time_period:days",
+            "expr": f"vector({_fmt(spec.period_s / 86400)})",
+            "labels": labels,
+        }
+    )
+    sid = sloth_id(spec, o)
+    for t in spec.tiers:
+        rules.append(burn_alert(spec, o, t, sid))
+    return {"name": f"slo-{o.name}", "interval": spec.evaluation_interval, "rules": rules}
+
+
+def burn_alert(spec: SloSpec, o: Objective, t: BurnTier, sid: str) -> dict[str, Any]:
+    threshold = _fmt(t.factor * o.budget)
+    m = f'{{sloth_id="{sid}", sloth_window="{{w}}"}}'
+    long_sel = m.replace("{w}", t.long)
+    short_sel = m.replace("{w}", t.short)
+    events_sel = f'{{sloth_id="{sid}", sloth_window="1h"}}'
+    expr = (
+        f"(\n  slo:sli_error:ratio_rate{t.long}{long_sel} > {threshold}\n"
+        f"  and ignoring (sloth_window)\n"
+        f"  slo:sli_error:ratio_rate{t.short}{short_sel} > {threshold}\n)\n"
+        f"and ignoring (sloth_window)\n"
+        f"(slo:sli_events:rate1h{events_sel} * 3600 >= {o.min_events_per_hour})"
+    )
+    title = SLI_TITLES[o.sli]
+    return {
+        "alert": alert_name(o, t),
+        "expr": expr,
+        "labels": {
+            "severity": t.severity,
+            "team": "inference",
+            "burn_tier": t.tier,
+            "burn_factor": _fmt(t.factor),
+            "long_window": t.long,
+            "short_window": t.short,
+            "slo": o.name,
+        },
+        "annotations": {
+            "summary": (
+                f"{title} SLO {o.name} burning {_fmt(t.factor)}x budget in {{{{ $labels.cell }}}}"
+            ),
+            "description": (
+                f"{o.product}/{o.model}: error ratio over {t.long} and {t.short} above "
+                f"{_fmt(t.factor)} x {_fmt(o.budget)} in cell {{{{ $labels.cell }}}} "
+                f"({{{{ $labels.region }}}}). Tier {t.tier} ({t.severity})."
+            ),
+            "runbook_url": f"https://runbooks.firedrill.dev/inference/{o.sli}-burn",
+        },
+    }
+
+
+def _node_expr(expr: str) -> str:
+    """Copy DCGM's Hostname into ``node`` so NodeNotReady can inhibit on it."""
+    return f'label_replace({expr}, "node", "$1", "Hostname", "(.+)")'
+
+
+def cause_group(spec: SloSpec) -> dict[str, Any]:
+    c = spec.causes
+    fatal = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in FATAL_XIDS)
+    app = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in APP_XIDS)
+    fresh = "changes(DCGM_FI_DEV_XID_ERRORS[15m]) > 0"
+
+    def t(team: str) -> dict[str, str]:
+        return {"severity": "ticket", "team": team}
+
+    by_pool = "cell, region, model_name"
+    rules: list[dict[str, Any]] = [
+        {
+            "alert": "PodTTFTHigh",
+            "expr": (
+                f"histogram_quantile(0.99, sum by ({by_pool}, le) "
+                f"(rate(vllm:time_to_first_token_seconds_bucket[5m]))) > {_fmt(c.pod_ttft_p99_s)}"
+            ),
+            "for": "5m",
+            "labels": t("inference"),
+        },
+        {
+            "alert": "VllmQueueDeep",
+            "expr": (
+                f"sum by ({by_pool}) (vllm:num_requests_waiting) / "
+                f"sum by ({by_pool}) (vllm:num_requests_running) > {_fmt(c.queue_to_running_ratio)}"
+            ),
+            "for": "5m",
+            "labels": t("inference"),
+        },
+        {
+            "alert": "KVCacheHigh",
+            "expr": f"max by ({by_pool}) (vllm:kv_cache_usage_perc) > {_fmt(c.kv_usage)}",
+            "for": "5m",
+            "labels": t("inference"),
+        },
+        {
+            "alert": "VllmPreemptions",
+            "expr": f"sum by ({by_pool}) (rate(vllm:num_preemptions_total[5m])) > 0",
+            "for": "5m",
+            "labels": t("inference"),
+        },
+        {
+            "alert": "DCGMXidFatal",
+            "expr": _node_expr(f"(({fatal}) and {fresh})"),
+            "labels": t("gpu-fleet"),
+            "annotations": {
+                "summary": "XID {{ $value }} on {{ $labels.Hostname }} GPU {{ $labels.gpu }}"
+            },
+        },
+        {
+            "alert": "DCGMXidNVLink",
+            "expr": _node_expr(f"((DCGM_FI_DEV_XID_ERRORS == 74) and {fresh})"),
+            "labels": t("gpu-fleet"),
+        },
+        {
+            "alert": "DCGMXidAppRepeated",
+            "expr": _node_expr(f"(({app}) and changes(DCGM_FI_DEV_XID_ERRORS[1h]) >= 2)"),
+            "labels": t("inference"),
+        },
+        {
+            "alert": "DCGMEccDbe",
+            "expr": _node_expr("increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[1h]) > 0"),
+            "labels": t("gpu-fleet"),
+        },
+        {
+            "alert": "DCGMRowRemapPending",
+            "expr": _node_expr("DCGM_FI_DEV_ROW_REMAP_PENDING > 0"),
+            "labels": t("gpu-fleet"),
+        },
+        {
+            "alert": "DCGMPcieReplayStorm",
+            "expr": _node_expr(
+                f"increase(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[5m]) > {_fmt(c.pcie_replays_per_5m)}"
+            ),
+            "labels": t("gpu-fleet"),
+        },
+        {
+            "alert": "GPUThermalViolation",
+            "expr": _node_expr(
+                f"(DCGM_FI_DEV_GPU_TEMP > {_fmt(c.gpu_temp_c)}) "
+                "or (rate(DCGM_FI_DEV_POWER_VIOLATION[5m]) > 0)"
+            ),
+            "for": "2m",
+            "labels": t("gpu-fleet"),
+        },
+        {
+            "alert": "HydrateOrigin5xx",
+            "expr": (
+                "label_replace(sum by (region, code) "
+                "(rate(firedrill_registry_errors_total[5m])) > 0, "
+                '"cell", "region:$1", "region", "(.+)")'
+            ),
+            "labels": t("release"),
+        },
+        {
+            "alert": "NodeNotReady",
+            "expr": 'kube_node_status_condition{condition="Ready", status="false"} == 1',
+            "for": "2m",
+            "labels": t("gpu-fleet"),
+        },
+    ]
+    for r in rules:
+        r.setdefault("annotations", {"summary": f"{r['alert']} in {{{{ $labels.cell }}}}"})
+    return {"name": "causes", "interval": spec.evaluation_interval, "rules": rules}
+
+
+def guardrail_group(spec: SloSpec) -> dict[str, Any]:
+    g = spec.guardrails
+    return {
+        "name": "remediation-guardrails",
+        "interval": spec.evaluation_interval,
+        "rules": [
+            {
+                "alert": "QuarantineRateAnomalous",
+                "expr": (
+                    "sum by (cell, region) (increase(gpu_quarantine_actions_total[1h])) "
+                    f"> {g.quarantines_per_cell_hour}"
+                ),
+                "labels": {"severity": "page", "team": "gpu-fleet"},
+                "annotations": {
+                    "summary": (
+                        f"Auto-remediation quarantined >{g.quarantines_per_cell_hour} nodes/h in "
+                        "{{ $labels.cell }}: suspect exporter or rollout, "
+                        "consider pausing automation"
+                    )
+                },
+            },
+            {
+                "alert": "NodeRemediationFlapping",
+                "expr": (
+                    "sum by (cell, region, node) "
+                    f"(increase(gpu_quarantine_actions_total[{g.flapping_window}])) >= 2"
+                ),
+                "labels": {"severity": "ticket", "team": "gpu-fleet"},
+                "annotations": {
+                    "summary": "{{ $labels.node }} remediated twice within " + g.flapping_window
+                },
+            },
+            {
+                "alert": "QuarantinedFractionHigh",
+                "expr": (
+                    'sum by (cell, region) (kube_node_spec_taint{key="gpu.corp/quarantine"}) '
+                    "/ sum by (cell, region) (firedrill_cell_nodes) "
+                    f"> {_fmt(g.quarantined_fraction)}"
+                ),
+                "labels": {"severity": "page", "team": "gpu-fleet"},
+                "annotations": {"summary": "Quarantined share of {{ $labels.cell }} above budget"},
+            },
+        ],
+    }
+
+
+def security_group(spec: SloSpec) -> dict[str, Any]:
+    sec = {"severity": "security", "team": "security"}
+    return {
+        "name": "security-tripwires",
+        "interval": spec.evaluation_interval,
+        "rules": [
+            {
+                "alert": "SandboxMetadataAccess",
+                "expr": (
+                    "sum by (cell, region, tenant) (increase(firedrill_sandbox_connections_total"
+                    '{dest_class="metadata"}[5m])) > 0'
+                ),
+                "labels": sec,
+                "annotations": {
+                    "summary": "A sandbox of {{ $labels.tenant }} reached the metadata endpoint"
+                },
+            },
+            {
+                "alert": "SandboxKubeApiAccess",
+                "expr": (
+                    "sum by (cell, region, tenant) (increase(firedrill_sandbox_connections_total"
+                    '{dest_class="kube-api"}[5m])) > 0'
+                ),
+                "labels": sec,
+                "annotations": {
+                    "summary": "A sandbox of {{ $labels.tenant }} reached the kube API"
+                },
+            },
+            {
+                "alert": "MoneyToolWithoutApproval",
+                "expr": (
+                    "sum by (cell, region, tenant) (increase(firedrill_toolgw_calls_total"
+                    '{side_effect="money", approved="false"}[5m])) > 0'
+                ),
+                "labels": sec,
+                "annotations": {
+                    "summary": "A money-class tool ran without approval for {{ $labels.tenant }}"
+                },
+            },
+            {
+                "alert": "WeightsReadByNonServing",
+                "expr": (
+                    "sum by (cell, region, principal) (increase(firedrill_bucket_reads_total"
+                    '{prefix="models", principal_class!="serving"}[5m])) > 0'
+                ),
+                "labels": sec,
+                "annotations": {"summary": "{{ $labels.principal }} read models/*"},
+            },
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    groups: list[dict[str, Any]]
+
+    def rule_file(self) -> dict[str, Any]:
+        """The plain Prometheus rule file (``rule_files:``)."""
+        return {"groups": self.groups}
+
+    def prometheus_rule(self, *, name: str, namespace: str = "monitoring") -> dict[str, Any]:
+        """The same groups as a prometheus-operator ``PrometheusRule``."""
+        return {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PrometheusRule",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "firedrill", "role": "alert-rules"},
+            },
+            "spec": {"groups": self.groups},
+        }
+
+
+def generate(spec: SloSpec) -> RuleSet:
+    groups = [slo_group(spec, o) for o in spec.objectives]
+    groups += [cause_group(spec), guardrail_group(spec), security_group(spec)]
+    return RuleSet(groups)
+
+
+def longest_window_s(spec: SloSpec) -> float:
+    return max(duration_s(w) for w in spec.windows())
