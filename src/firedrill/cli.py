@@ -33,6 +33,10 @@ app = typer.Typer(
 )
 twin_app = typer.Typer(help="Run the built-in digital twin of a GPU fleet.", no_args_is_help=True)
 app.add_typer(twin_app, name="twin")
+rules_app = typer.Typer(
+    help="Prometheus rules and Alertmanager config for a real fleet.", no_args_is_help=True
+)
+app.add_typer(rules_app, name="rules")
 
 console = Console()
 err = Console(stderr=True)
@@ -42,6 +46,7 @@ EXIT_SPEC = 4
 
 class SchemaKind(StrEnum):
     fleet = "fleet"
+    slo = "slo"
 
 
 class SeriesFormat(StrEnum):
@@ -76,9 +81,10 @@ def _root(
 @app.command()
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec.")]) -> None:
     """Print the JSON Schema of a spec (for editors and CI validation)."""
+    from firedrill.detect.slo import SloSpec
     from firedrill.specfile import json_schema
 
-    models = {SchemaKind.fleet: FleetSpec}
+    models: dict[SchemaKind, type[Any]] = {SchemaKind.fleet: FleetSpec, SchemaKind.slo: SloSpec}
     sys.stdout.write(json.dumps(json_schema(models[kind]), indent=2, sort_keys=False) + "\n")
 
 
@@ -272,6 +278,84 @@ def twin_serve(
     finally:
         server.stop()
         console.print(f"stopped at simulated {twin.t:.0f} s")
+
+
+def _load_slo(path: Path) -> Any:
+    from firedrill.detect.slo import SloSpec
+    from firedrill.specfile import load_spec
+
+    try:
+        return load_spec(path, SloSpec)
+    except SpecError as exc:
+        raise _fail(exc) from exc
+
+
+RULE_FILE = "rules.yml"
+PROMETHEUS_RULE = "prometheusrule.yaml"
+ALERTMANAGER = "alertmanager.yml"
+
+
+@rules_app.command("generate")
+def rules_generate(
+    slo: Annotated[Path, typer.Argument(help="SLO spec (YAML).")],
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("out/rules"),
+    name: Annotated[str, typer.Option(help="PrometheusRule name.")] = "firedrill-slos",
+    namespace: Annotated[str, typer.Option(help="PrometheusRule namespace.")] = "monitoring",
+) -> None:
+    """Write the PrometheusRule manifest, the plain rule file and alertmanager.yml."""
+    import yaml
+
+    from firedrill.detect.alertmanager import alertmanager_yaml
+    from firedrill.detect.rules import generate
+
+    spec = _load_slo(slo)
+    ruleset = generate(spec)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def dump(data: Any) -> str:
+        return str(yaml.safe_dump(data, sort_keys=False, width=1000))
+
+    (out / RULE_FILE).write_text(dump(ruleset.rule_file()))
+    (out / PROMETHEUS_RULE).write_text(
+        dump(ruleset.prometheus_rule(name=name, namespace=namespace))
+    )
+    (out / ALERTMANAGER).write_text(alertmanager_yaml(spec.routing))
+    n_rules = sum(len(g["rules"]) for g in ruleset.groups)
+    n_alerts = sum(1 for g in ruleset.groups for r in g["rules"] if "alert" in r)
+    console.print(
+        f"wrote {n_rules} rules ({n_alerts} alerts) in {len(ruleset.groups)} groups to "
+        f"[bold]{out / RULE_FILE}[/] and [bold]{out / PROMETHEUS_RULE}[/]; "
+        f"routing to [bold]{out / ALERTMANAGER}[/]"
+    )
+
+
+@rules_app.command("check")
+def rules_check(
+    directory: Annotated[Path, typer.Argument(help="Directory written by 'rules generate'.")],
+) -> None:
+    """Check the generated files with promtool and amtool; exit 1 if either rejects them."""
+    from firedrill.adapters import promtool
+
+    missing = [f for f in (RULE_FILE, ALERTMANAGER) if not (directory / f).is_file()]
+    if missing:
+        err.print(
+            f"[bold red]error:[/] {directory} lacks {', '.join(missing)}: run 'rules generate'"
+        )
+        raise typer.Exit(EXIT_SPEC)
+    try:
+        results = [
+            promtool.check_rules(directory / RULE_FILE),
+            promtool.check_alertmanager(directory / ALERTMANAGER),
+        ]
+    except promtool.ToolError as exc:
+        raise _fail(exc) from exc
+    for r in results:
+        mark = "[green]ok[/]" if r.ok else "[bold red]FAILED[/]"
+        console.print(f"{mark} {r.tool} {' '.join(r.args)}")
+        if not r.ok:
+            console.print(r.output)
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
 
 
 def main() -> None:

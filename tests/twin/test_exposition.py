@@ -288,7 +288,7 @@ def test_promtool_test_file_is_a_whole_test() -> None:
                 "input_series": [
                     {"series": 'http_requests_total{code="500"}', "values": "0x1 120"}
                 ],
-                "alert_rule_tests": [alert],
+                "alert_rule_test": [alert],
             }
         ],
     }

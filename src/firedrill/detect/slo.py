@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from firedrill.detect.alertmanager import RoutingSpec
 from firedrill.model.spec import NAME_RE
 
 Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w)$")]
@@ -101,6 +102,7 @@ class SloSpec(_Strict):
     tiers: list[BurnTier] = Field(default_factory=_default_tiers)
     causes: CauseThresholds = CauseThresholds()
     guardrails: Guardrails = Guardrails()
+    routing: RoutingSpec = RoutingSpec()
 
     @field_validator("objectives")
     @classmethod

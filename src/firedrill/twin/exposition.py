@@ -322,7 +322,7 @@ def promtool_test_file(
         "input_series": input_series,
     }
     if alert_rule_tests:
-        group["alert_rule_tests"] = [dict(t) for t in alert_rule_tests]
+        group["alert_rule_test"] = [dict(t) for t in alert_rule_tests]  # promtool's key
     document: dict[str, object] = {
         "rule_files": list(rule_files),
         "evaluation_interval": promtool_duration(
