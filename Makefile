@@ -4,7 +4,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit bench clean
+.PHONY: demo test tools lint typecheck layers unit bench clean
+
+# The real tools the tests check the generated config with (Debian/Ubuntu package names).
+TOOLS     := promtool amtool $(or $(FIREDRILL_ALERTMANAGER),prometheus-alertmanager)
+TOOL_PKGS := prometheus prometheus-alertmanager
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +21,24 @@ demo: $(STAMP)
 	$(BIN)/firedrill twin run examples/fleet.yaml --hours 1 --seed 7 --out out/demo
 
 ## test: install what the tests need and run the whole suite (lint, types, layers, tests)
-test: $(STAMP) lint typecheck layers unit
+test: $(STAMP) tools lint typecheck layers unit
+
+## tools: install promtool, amtool and Alertmanager from apt if any is missing (no-op otherwise)
+tools:
+	@missing=""; for t in $(TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "missing:$$missing; installing $(TOOL_PKGS)"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	  elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	  else echo "not root and no sudo: install $(TOOL_PKGS) by hand" >&2; exit 1; fi; \
+	  $$sudo apt-get update && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y --no-install-recommends $(TOOL_PKGS) || exit 1; \
+	  for svc in $(TOOL_PKGS); do $$sudo service $$svc stop >/dev/null 2>&1 || true; done; \
+	  for t in $(TOOLS); do \
+	    command -v $$t >/dev/null 2>&1 || { echo "$$t still missing" >&2; exit 1; }; \
+	  done; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -29,7 +50,7 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+unit: $(STAMP) tools
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

@@ -113,11 +113,30 @@ def twin_run(
         str | None, typer.Option(help="Series window START:END in simulated seconds.")
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar or table.")] = False,
+    slo: Annotated[
+        Path | None, typer.Option(help="SLO spec: evaluate its burn-rate alerts during the run.")
+    ] = None,
 ) -> None:
     """Run the twin; write OUT/summary.json and the series; print a summary table."""
+    from firedrill.detect.evaluator import AlertEvent, BurnRateEvaluator
+    from firedrill.detect.monitor import event_dict, watch
+    from firedrill.twin.engine import Twin
     from firedrill.twin.run import run_twin, summarize
 
     spec, digest = _load_fleet(fleet)
+    slo_spec = _load_slo(slo) if slo is not None else None
+    if slo_spec is not None and series is SeriesFormat.none:
+        raise typer.BadParameter("--slo needs the series: drop --series none")
+    alerts: list[AlertEvent] = []
+    evaluators: dict[int, BurnRateEvaluator] = {}
+
+    def advance(tw: Twin, seconds: float) -> None:
+        if slo_spec is None:
+            tw.run_for(seconds)
+            return
+        ev = evaluators.setdefault(id(tw), BurnRateEvaluator(slo_spec, tw))
+        alerts.extend(watch(tw, ev, seconds=seconds, every_s=spec.scrape_interval_s))
+
     start_s, end_s = _parse_window(window, hours)
     out.mkdir(parents=True, exist_ok=True)
     total_s = hours * 3600.0
@@ -140,15 +159,20 @@ def twin_run(
             record=series is not SeriesFormat.none,
             progress=lambda done: progress.update(task, completed=done),
             progress_every_s=max(60.0, total_s / 200.0),
+            advance=advance,
         )
     wall = time.perf_counter() - wall0
     summary = summarize(twin, spec_sha256=digest)
+    if slo_spec is not None:
+        summary["alerts"] = [event_dict(a) for a in alerts]
     summary["wall_seconds"] = round(wall, 3)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if series is not SeriesFormat.none:
         _write_series(twin, out, series, start_s, min(end_s, twin.t))
     if not quiet:
         _print_summary(summary)
+        if slo_spec is not None:
+            _print_alerts(alerts)
         console.print(f"wrote [bold]{out / 'summary.json'}[/] in {wall:.2f} s wall")
 
 
@@ -209,6 +233,21 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"{summary['gpu_fault_events_phantom']} phantom) "
         + (", ".join(f"{k}={v}" for k, v in faults.items()) if faults else "")
     )
+
+
+def _print_alerts(alerts: list[Any]) -> None:
+    firing = [a for a in alerts if a.state == "firing"]
+    if not firing:
+        console.print("alerts: none fired")
+        return
+    table = Table(title="alerts fired", box=None, header_style="bold")
+    for col in ("at", "alert", "severity", "cell", "slo"):
+        table.add_column(col)
+    for a in firing:
+        table.add_row(
+            f"{a.at_s:.0f} s", a.alertname, a.label("severity"), a.label("cell"), a.label("slo")
+        )
+    console.print(table)
 
 
 def _count(n: int) -> str:

@@ -83,6 +83,8 @@ class _History:
     total: F64 = field(default_factory=lambda: np.zeros((256, 0)))  # denominator counter per cell
 
     def append(self, t: float, good: F64, total: F64) -> None:
+        if self.n and self.t[self.n - 1] == t:
+            self.n -= 1  # re-evaluated at the same instant: the newer sample replaces it
         width = max(good.size, self.good.shape[1])
         if self.n == self.t.size or width > self.good.shape[1]:
             cap = self.t.size * 2 if self.n == self.t.size else self.t.size
@@ -158,6 +160,10 @@ class BurnRateEvaluator:
         out = np.zeros(len(self.cells))
         np.add.at(out, sel.group, np.nan_to_num(values))
         return t, out
+
+    @property
+    def started(self) -> bool:
+        return any(h.n for h in self.history.values())
 
     def evaluate(self) -> list[AlertEvent]:
         """Read the latest samples and evaluate every alert; return the state changes."""

@@ -27,14 +27,20 @@ def run_twin(
     record: bool = True,
     progress: ProgressFn | None = None,
     progress_every_s: float = 600.0,
+    advance: Callable[[Twin, float], None] | None = None,
 ) -> Twin:
-    """Run the twin for ``hours`` simulated hours; report progress (simulated seconds done)."""
+    """Run the twin for ``hours`` simulated hours; report progress (simulated seconds done).
+
+    ``advance(twin, seconds)`` replaces ``twin.run_for`` when a caller drives something on the
+    same clock (detection evaluates after every scrape).
+    """
     twin = Twin(spec, seed, record=record, hours_hint=hours)
+    step = advance or (lambda tw, s: tw.run_for(s))
     total = hours * 3600.0
     done = 0.0
     while done < total - 1e-9:
         chunk = min(progress_every_s, total - done)
-        twin.run_for(chunk)
+        step(twin, chunk)
         done += chunk
         if progress is not None:
             progress(done)

@@ -127,8 +127,13 @@ class TtftBinner:
         factor: F64,
         extra_s: F64,
     ) -> tuple[I64, F64]:
-        """Histogram counts [pools, bins+1] (last = overflow) and the TTFT sum per pool."""
-        pools, _ages = admitted.shape
+        """Histogram counts [pools, bins+1] (last = overflow) and the TTFT sum per pool.
+
+        Only the edges that can be reached are evaluated: from the shortest wait plus the
+        shortest prefill to the longest wait plus the prefill of a prompt 4.5 sigma long (the
+        mass beyond it, < 4e-6, lands in the last bin evaluated).
+        """
+        pools, _ = admitted.shape
         nbins = self.edges.size + 1
         counts = np.zeros((pools, nbins), dtype=np.int64)
         sums = np.zeros(pools)
@@ -137,17 +142,27 @@ class TtftBinner:
             return counts, sums
         n = admitted[rows_p, rows_k]
         wait = rows_k * self.dt_s + extra_s[rows_p]
-        budget = self.edges[None, :] - wait[:, None]
-        cdf = prefill_cdf(rows_p, self.shape, budget, factor[rows_p])
-        pvals = np.diff(
-            np.concatenate([np.zeros((cdf.shape[0], 1)), cdf, np.ones((cdf.shape[0], 1))], axis=1),
-            axis=1,
+        sh = self.shape
+        f = factor[rows_p]
+        shortest = wait + sh.prefill_a[rows_p] * f
+        long_len = np.exp(sh.prompt_mu[rows_p] + 4.5 * sh.prompt_sigma[rows_p])
+        longest = wait + f * (
+            sh.prefill_a[rows_p]
+            + sh.prefill_b[rows_p] * long_len
+            + sh.prefill_c[rows_p] * long_len**2
         )
-        pvals = np.clip(pvals, 0.0, 1.0)
+        lo = max(int(np.searchsorted(self.edges, shortest.min(), side="left")) - 1, 0)
+        hi = min(int(np.searchsorted(self.edges, longest.max(), side="right")) + 1, self.edges.size)
+        edges = self.edges[lo:hi]
+        budget = edges[None, :] - wait[:, None]
+        cdf = prefill_cdf(rows_p, sh, budget, f)
+        cdf[:, -1] = 1.0
+        zeros = np.zeros((cdf.shape[0], 1))
+        pvals = np.clip(np.diff(np.concatenate([zeros, cdf], axis=1), axis=1), 0.0, 1.0)
         pvals /= pvals.sum(axis=1, keepdims=True)
         sampled = rng.multinomial(n, pvals)
-        np.add.at(counts, rows_p, sampled)
-        mean_ttft = wait + mean_prefill_s(self.shape)[rows_p] * factor[rows_p]
+        np.add.at(counts, (rows_p[:, None], np.arange(lo, hi)[None, :]), sampled)
+        mean_ttft = wait + mean_prefill_s(sh)[rows_p] * f
         np.add.at(sums, rows_p, n * mean_ttft)
         return counts, sums
 

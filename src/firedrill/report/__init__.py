@@ -1,0 +1,1 @@
+"""Reports: JSON journals, Markdown and self-contained HTML with charts."""
