@@ -75,34 +75,34 @@ def prom_increase(
 
 @dataclass
 class _History:
-    """Evaluation times and the two counters per cell, in arrays that grow by doubling."""
+    """Evaluation times and every objective's two counters per cell, growing by doubling.
 
+    ``rows[k, 2·o]`` is objective o's numerator at evaluation k, ``rows[k, 2·o + 1]`` its
+    denominator; columns of the last axis are cells.
+    """
+
+    width: int  # 2 x objectives
     n: int = 0
     t: F64 = field(default_factory=lambda: np.zeros(256))
-    good: F64 = field(default_factory=lambda: np.zeros((256, 0)))  # numerator counter per cell
-    total: F64 = field(default_factory=lambda: np.zeros((256, 0)))  # denominator counter per cell
+    rows: F64 = field(default_factory=lambda: np.zeros((256, 0, 0)))
 
-    def append(self, t: float, good: F64, total: F64) -> None:
+    def __post_init__(self) -> None:
+        self.rows = np.zeros((self.t.size, self.width, 0))
+
+    def append(self, t: float, row: F64) -> None:
         if self.n and self.t[self.n - 1] == t:
             self.n -= 1  # re-evaluated at the same instant: the newer sample replaces it
-        width = max(good.size, self.good.shape[1])
-        if self.n == self.t.size or width > self.good.shape[1]:
+        cells = max(row.shape[1], self.rows.shape[2])
+        if self.n == self.t.size or cells > self.rows.shape[2]:
             cap = self.t.size * 2 if self.n == self.t.size else self.t.size
             t_new = np.zeros(cap)
             t_new[: self.n] = self.t[: self.n]
-            g_new = np.zeros((cap, width))
-            n_new = np.zeros((cap, width))
-            g_new[: self.n, : self.good.shape[1]] = self.good[: self.n]
-            n_new[: self.n, : self.total.shape[1]] = self.total[: self.n]
-            self.t, self.good, self.total = t_new, g_new, n_new
+            r_new = np.zeros((cap, self.width, cells))
+            r_new[: self.n, :, : self.rows.shape[2]] = self.rows[: self.n]
+            self.t, self.rows = t_new, r_new
         self.t[self.n] = t
-        self.good[self.n, : good.size] = good
-        self.total[self.n, : total.size] = total
+        self.rows[self.n, :, : row.shape[1]] = row
         self.n += 1
-
-    def first_in(self, start: float) -> int:
-        """Index of the first sample at or after ``start`` (Prometheus 2.x: left-closed)."""
-        return int(np.searchsorted(self.t[: self.n], start - 1e-9, side="left"))
 
 
 @dataclass
@@ -120,7 +120,7 @@ class BurnRateEvaluator:
         self.signals = signals
         self.cells: list[tuple[str, str]] = []  # (cell, region), discovered from the series
         self._cell_index: dict[tuple[str, str], int] = {}
-        self.history = {o.name: _History() for o in spec.objectives}
+        self.history = _History(width=2 * len(spec.objectives))
         self.firing: dict[tuple[str, str, str], bool] = {}  # (objective, tier, cell)
         self.events: list[AlertEvent] = []
         self._sel: dict[str, tuple[_Selection, _Selection, _Selection | None]] = {}
@@ -144,108 +144,146 @@ class BurnRateEvaluator:
                 self._sel[o.name] = (bucket, ok, bad)
         self._windows = {w: duration_s(w) for w in spec.windows()}
         self._window_s = np.array(list(self._windows.values()))
+        names = list(self._windows)
+        if "1h" not in names:
+            raise ValueError("the SLO windows must include 1h (the min-events guard)")
+        self._w_1h = names.index("1h")
+        self._long_i = np.array([names.index(t.long) for t in spec.tiers])
+        self._short_i = np.array([names.index(t.short) for t in spec.tiers])
+        factors = np.array([t.factor for t in spec.tiers])
+        self._thresholds = np.array([factors * o.budget for o in spec.objectives])
+        self._min_events = np.array([float(o.min_events_per_hour) for o in spec.objectives])
+        self._is_bad_ratio = np.array([o.sli == "availability" for o in spec.objectives])
+        self._obj_index = {o.name: i for i, o in enumerate(spec.objectives)}
+        self._state: npt.NDArray[np.bool_] = np.zeros(
+            (len(spec.objectives), len(spec.tiers), 0), bool
+        )
 
-    def _read(self, sel: _Selection) -> tuple[float, F64]:
+    def _read(
+        self, sel: _Selection, cache: dict[tuple[str, str], tuple[float, F64]]
+    ) -> tuple[float, F64]:
+        key = (sel.name, repr(sorted(sel.matchers.items())))
+        hit = cache.get(key)
+        if hit is not None and hit[1].size == len(self.cells):
+            return hit
         t, labels, values = self.signals.instant(sel.name, sel.matchers)
         if sel.group is None or sel.group.size != len(labels):
             idx = []
             for lab in labels:
                 d = dict(lab)
-                key = (d.get("cell", ""), d.get("region", ""))
-                if key not in self._cell_index:
-                    self._cell_index[key] = len(self.cells)
-                    self.cells.append(key)
-                idx.append(self._cell_index[key])
+                ckey = (d.get("cell", ""), d.get("region", ""))
+                if ckey not in self._cell_index:
+                    self._cell_index[ckey] = len(self.cells)
+                    self.cells.append(ckey)
+                idx.append(self._cell_index[ckey])
             sel.group = np.array(idx, dtype=np.int64)
-        out = np.zeros(len(self.cells))
-        np.add.at(out, sel.group, np.nan_to_num(values))
+        out = np.bincount(sel.group, weights=values, minlength=len(self.cells)).astype(np.float64)
+        out[~np.isfinite(out)] = 0.0
+        cache[key] = (t, out)
         return t, out
 
     @property
     def started(self) -> bool:
-        return any(h.n for h in self.history.values())
+        return self.history.n > 0
+
+    @property
+    def evaluations(self) -> int:
+        return self.history.n
 
     def evaluate(self) -> list[AlertEvent]:
         """Read the latest samples and evaluate every alert; return the state changes."""
-        changes: list[AlertEvent] = []
+        cache: dict[tuple[str, str], tuple[float, F64]] = {}
+        parts: list[F64] = []
+        t = 0.0
         for o in self.spec.objectives:
             a, b, c = self._sel[o.name]
-            t, va = self._read(a)
-            _, vb = self._read(b)
-            h = self.history[o.name]
+            t, va = self._read(a, cache)
+            _, vb = self._read(b, cache)
             if o.sli == "ttft":
                 good, total = va, vb
             elif o.sli == "availability":
                 good, total = va, va + vb  # "good" holds the bad count here: ratio is bad/total
             else:
                 assert c is not None
-                _, vc = self._read(c)
+                _, vc = self._read(c, cache)
                 good, total = va, vb + vc
-            h.append(t, good, total)
-            changes.extend(self._evaluate_objective(o, h))
+            parts += [good, total]
+        width = len(self.cells)
+        row = np.zeros((len(parts), width))
+        for i, v in enumerate(parts):
+            row[i, : v.size] = v
+        self.history.append(t, row)
+        changes = self._evaluate_all()
         self.events.extend(changes)
         return changes
 
-    def _increase(self, h: _History, series: F64, windows_s: F64) -> F64:
-        """Increase per window (rows) and cell (columns) at the latest evaluation."""
+    def _increases(self, windows_s: F64) -> F64:
+        """Increase of every counter row per window and cell: [2 x objectives, W, C]."""
+        h = self.history
         last = h.n - 1
         t = float(h.t[last])
         start = t - windows_s
         i = np.searchsorted(h.t[: h.n], start - 1e-9, side="left")
+        first = np.transpose(h.rows[i], (1, 0, 2))  # [rows, W, C]
+        latest = h.rows[last][:, None, :]
         return prom_increase(
-            series[i],
-            series[last],
-            h.t[i][:, None],
-            t,
-            (last - i + 1)[:, None],
-            start[:, None],
-            t,
-        )
+            first, latest, h.t[i][None, :, None], t, (last - i + 1)[None, :, None],
+            start[None, :, None], t,
+        )  # fmt: skip
 
-    def _ratios(self, o: Objective, h: _History, windows_s: F64) -> F64:
-        inc_g = self._increase(h, h.good, windows_s)
-        inc_t = self._increase(h, h.total, windows_s)
+    def _ratios_of(self, inc: F64) -> F64:
+        """Error ratios [objectives, W, C] from increases [2 x objectives, W, C]."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = inc_g / inc_t
-        out: F64 = ratio if o.sli == "availability" else 1.0 - ratio
+            ratio = inc[0::2] / inc[1::2]
+        out: F64 = np.where(self._is_bad_ratio[:, None, None], ratio, 1.0 - ratio)
         return out
+
+    def _index(self, o: Objective) -> int:
+        return self._obj_index[o.name]
 
     def error_ratio(self, o: Objective, window_s: float) -> F64:
         """The SLI error ratio per cell over ``window_s`` at the latest evaluation."""
-        out: F64 = self._ratios(o, self.history[o.name], np.array([window_s]))[0]
+        out: F64 = self._ratios_of(self._increases(np.array([window_s])))[self._index(o), 0]
         return out
 
     def events_per_hour(self, o: Objective) -> F64:
         """Events of the SLI's denominator over the last hour (the min-events guard)."""
-        h = self.history[o.name]
-        out: F64 = self._increase(h, h.total, np.array([3600.0]))[0]
+        out: F64 = self._increases(np.array([3600.0]))[2 * self._index(o) + 1, 0]
         return out
 
-    def _evaluate_objective(self, o: Objective, h: _History) -> list[AlertEvent]:
-        all_r = self._ratios(o, h, self._window_s)
-        ratios = {w: all_r[i] for i, w in enumerate(self._windows)}
-        t = float(h.t[h.n - 1])
-        events = self.events_per_hour(o)
+    def _evaluate_all(self) -> list[AlertEvent]:
+        inc = self._increases(self._window_s)
+        ratios = self._ratios_of(inc)  # [objectives, windows, cells]
+        events = inc[1::2, self._w_1h]  # [objectives, cells]
+        thr = self._thresholds[:, :, None]  # [objectives, tiers, 1]
+        cond = (
+            (ratios[:, self._long_i] > thr)
+            & (ratios[:, self._short_i] > thr)
+            & (events >= self._min_events[:, None])[:, None, :]
+        )  # [objectives, tiers, cells]
+        prev = self._state
+        if prev.shape != cond.shape:
+            grown = np.zeros(cond.shape, dtype=bool)
+            grown[:, :, : prev.shape[2]] = prev
+            prev = grown
+        self._state = cond
         out: list[AlertEvent] = []
-        for tier in self.spec.tiers:
-            threshold = tier.factor * o.budget
-            long_r, short_r = ratios[tier.long], ratios[tier.short]
-            cond = (long_r > threshold) & (short_r > threshold) & (events >= o.min_events_per_hour)
-            for ci, (cell, region) in enumerate(self.cells):
-                key = (o.name, tier.tier, cell)
-                now = bool(cond[ci])
-                was = self.firing.get(key, False)
-                if now != was:
-                    self.firing[key] = now
-                    out.append(
-                        AlertEvent(
-                            at_s=t,
-                            alertname=alert_name(o, tier),
-                            state="firing" if now else "resolved",
-                            labels=self._labels(o, tier, cell, region),
-                            value=float(long_r[ci]),
-                        )
-                    )
+        t = float(self.history.t[self.history.n - 1])
+        for oi, ti, ci in zip(*np.nonzero(cond != prev), strict=True):
+            o = self.spec.objectives[int(oi)]
+            tier = self.spec.tiers[int(ti)]
+            cell, region = self.cells[int(ci)]
+            now = bool(cond[oi, ti, ci])
+            self.firing[(o.name, tier.tier, cell)] = now
+            out.append(
+                AlertEvent(
+                    at_s=t,
+                    alertname=alert_name(o, tier),
+                    state="firing" if now else "resolved",
+                    labels=self._labels(o, tier, cell, region),
+                    value=float(ratios[oi, self._long_i[ti], ci]),
+                )
+            )
         return out
 
     def _labels(self, o: Objective, tier: BurnTier, cell: str, region: str) -> Labels:
