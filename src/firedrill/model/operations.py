@@ -288,6 +288,83 @@ class InjectServingErrors:
 
 
 @dataclass(frozen=True)
+class ResetGpu:
+    """nvidia-smi -r: the GPU is healthy again after the reset (if the fault was resettable)."""
+
+    node: str
+    gpu: int
+
+
+@dataclass(frozen=True)
+class RebootNode:
+    """Reboot a node: not Ready for the reboot's duration, then every GPU and link is fresh."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class RunBurnIn:
+    """dcgmi diag -r 3 and an NCCL all-reduce on a drained node; the result lands later."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class EjectReplica:
+    """Take one replica out of routing (a straggler); it stays on its node for evidence."""
+
+    pod: str
+
+
+@dataclass(frozen=True)
+class UnejectReplica:
+    pod: str
+
+
+@dataclass(frozen=True)
+class SuspendJobSet:
+    """JobSet spec.suspend=true: the gang stops, the object and its history stay."""
+
+    jobset: str
+
+
+@dataclass(frozen=True)
+class ResumeJobSet:
+    """Resume from the last committed checkpoint, never on the excluded nodes."""
+
+    jobset: str
+    exclude_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SetQueueStopPolicy:
+    """Kueue ClusterQueue stopPolicy: None, 'Hold' or 'HoldAndDrain'."""
+
+    queue: str
+    policy: Literal["Hold", "HoldAndDrain"] | None
+
+
+@dataclass(frozen=True)
+class InjectHang:
+    """A rank stops entering collectives (no crash, no XID): the gang makes no progress."""
+
+    jobset: str
+    rank: int
+
+
+@dataclass(frozen=True)
+class InjectStraggler:
+    jobset: str
+    rank: int
+    slowdown: float = 2.0
+
+
+@dataclass(frozen=True)
+class ClearTrainingFault:
+    jobset: str
+
+
+@dataclass(frozen=True)
 class Noop:
     """The inverse of an operation that needs no undo (e.g. a read-only injection)."""
 
@@ -301,7 +378,8 @@ Operation = (
     | RestoreDigest | PauseReplication | ResumeReplication | Partition | Heal | DenyCapacity
     | AllowCapacity | InjectDcgmField | ClearDcgmField | InjectLinkFlap | ClearLinkFlap
     | InjectThermal | ClearThermal | SetServingConfig | SetNodeVersion | InjectServingErrors
-    | Noop
+    | ResetGpu | RebootNode | RunBurnIn | EjectReplica | UnejectReplica | SuspendJobSet
+    | ResumeJobSet | SetQueueStopPolicy | InjectHang | InjectStraggler | ClearTrainingFault | Noop
 )  # fmt: skip
 
 

@@ -45,6 +45,7 @@ from firedrill.twin.serving import (
     mean_prefill_s,
 )
 from firedrill.twin.supply import Supply
+from firedrill.twin.training import TRAINING_OPS, TrainingSim
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -63,6 +64,10 @@ OOM_CRASH_PER_S = 1.0 / 900.0  # crash rate of a replica whose gpu_memory_utiliz
 LINK_FLAP_S = (30.0, 180.0)  # a link flap lasts this long (uniform)
 THERMAL_S = (600.0, 3600.0)
 DCGM_XID, DCGM_ECC_DBE, DCGM_PCIE_REPLAY = 230, 319, 202
+GPU_RESET_S = 120.0  # nvidia-smi -r on a drained node
+NODE_REBOOT_S = 600.0
+BURN_IN_S = 1200.0  # dcgmi diag -r 3 plus an NCCL all-reduce
+QUARANTINE_TAINT = "gpu.corp/quarantine"
 TTFT_EXPORT = np.array(VLLM_TTFT_BUCKETS_S)
 TPOT_EXPORT = np.array(VLLM_TPOT_BUCKETS_S)
 # Fatal XIDs: the GPU is unusable until reset/reboot (replicas on it cannot restart).
@@ -168,6 +173,9 @@ class Twin:
         self._next_scrape = 0.0
         self._next_reconcile = 0.0
         self._next_autoscale = AUTOSCALE_EVERY_S
+        self.burn_in: dict[str, tuple[float, bool, str]] = {}  # node -> (at, passed, detail)
+        self.quarantine_actions: dict[int, int] = {}  # node -> quarantine taints applied
+        self.training = TrainingSim(self)
         self._place_initial()
         self._register_series()
         if record:
@@ -570,6 +578,12 @@ class Twin:
                 self._node_joins(payload[0], payload[1])
             elif kind == "replicated":
                 self._replication_lands(payload[0], payload[1], payload[2])
+            elif kind == "gpu_reset":
+                self._gpu_reset_done(payload[0], payload[1])
+            elif kind == "rebooted":
+                self._reboot_done(payload[0])
+            elif kind == "burned_in":
+                self._burn_in_done(payload[0])
 
     # ------------------------------------------------------------------------------------------
     # the step
@@ -589,6 +603,8 @@ class Twin:
             self._next_autoscale = self.t + AUTOSCALE_EVERY_S
         for ev in self.faults.sample(self.t, self.dt):
             self._fault(ev)
+        if self.spec.training:
+            self.training.step()
         if self.record and self.t >= self._next_scrape - 1e-9:
             self._scrape()
             self._next_scrape += self.spec.scrape_interval_s
@@ -1003,6 +1019,13 @@ class Twin:
         if ev.phantom:
             return
         on_gpu = [self.replicas[r] for r in n.replicas if ev.gpu in self.replicas[r].gpus]
+        if self.spec.training and n.role == "training":
+            fatal = (ev.kind == "xid" and ev.xid in FATAL_XIDS) or ev.kind in (
+                "ecc_dbe",
+                "link_flap",
+            )
+            if fatal or (ev.kind == "xid" and ev.xid in APP_XIDS):
+                self.training.on_gpu_fault(ev.node, ev.gpu, fatal=fatal)
         if ev.kind == "xid":
             if ev.xid in FATAL_XIDS:
                 n.failed_gpus.add(ev.gpu)
@@ -1029,6 +1052,33 @@ class Twin:
         elif ev.kind == "pcie_replay":
             key = (ev.node, ev.gpu, DCGM_PCIE_REPLAY)
             self._dcgm_set(ev.node, ev.gpu, DCGM_PCIE_REPLAY, self.dcgm.get(key, 0.0) + 5000.0)
+
+    def _gpu_reset_done(self, ni: int, gpu: int) -> None:
+        n = self.nodes[ni]
+        n.failed_gpus.discard(gpu)
+        self.pool_dirty[self.pool_cell == n.cell] = True
+
+    def _reboot_done(self, ni: int) -> None:
+        n = self.nodes[ni]
+        n.failed_gpus.clear()
+        n.link_down = False
+        n.ready = True
+        self._record_node(n.name)
+        self.pool_dirty[self.pool_cell == n.cell] = True
+
+    def _burn_in_done(self, ni: int) -> None:
+        """Diag and all-reduce pass unless a GPU is still failed or the link is down."""
+        n = self.nodes[ni]
+        problems = [f"gpu {g} failed diag" for g in sorted(n.failed_gpus)]
+        if n.link_down:
+            problems.append("NCCL all-reduce below bus-bandwidth floor (link down)")
+        if not n.ready:
+            problems.append("node not ready")
+        self.burn_in[n.name] = (
+            self.t,
+            not problems,
+            "; ".join(problems) or "diag -r 3 and all-reduce passed",
+        )
 
     def _link_flap(self, ni: int, duration_s: float) -> None:
         n = self.nodes[ni]
@@ -1324,6 +1374,22 @@ class Twin:
             case ops.InjectServingErrors(model=model, cell=cell):
                 p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
                 return ops.InjectServingErrors(model, cell, float(self.error_fraction[p]))
+            case ops.ResetGpu(node=node, gpu=gpu):
+                ni = self._node_i(node)
+                self._gpu_check(ni, gpu)
+                return ops.Noop("a reset cannot be undone")
+            case ops.RebootNode(node=node) | ops.RunBurnIn(node=node):
+                self._node_i(node)
+                return ops.Noop("cannot be undone")
+            case ops.EjectReplica(pod=pod):
+                self._pod_check(pod)
+                r = self.replicas[int(pod[1:])]
+                return ops.UnejectReplica(pod) if r.state == READY else ops.Noop("not ready")
+            case ops.UnejectReplica(pod=pod):
+                self._pod_check(pod)
+                return ops.Noop("not ejected")
+            case _ if isinstance(op, TRAINING_OPS):
+                return self.training.inverse(op)
             case ops.Noop():
                 return ops.Noop()
         raise OperationError(f"unsupported operation {op!r}")
@@ -1358,7 +1424,22 @@ class Twin:
                 self.nodes[self.node_index[node]].cordoned = False
                 self._record_node(node)
             case ops.Taint(node=node, key=key, value=value, effect=effect):
-                self.nodes[self.node_index[node]].taints[key] = (value, effect)
+                ni = self.node_index[node]
+                if key == QUARANTINE_TAINT and key not in self.nodes[ni].taints:
+                    self.quarantine_actions[ni] = self.quarantine_actions.get(ni, 0) + 1
+                    if self.record:
+                        n = self.nodes[ni]
+                        self.store.set_sparse(
+                            "gpu_quarantine_actions_total",
+                            labels_of(
+                                node=node,
+                                cell=self.cell_names[n.cell],
+                                region=self.region_names[n.region],
+                            ),
+                            self.t,
+                            float(self.quarantine_actions[ni]),
+                        )
+                self.nodes[ni].taints[key] = (value, effect)
                 self._record_node(node)
             case ops.Untaint(node=node, key=key):
                 self.nodes[self.node_index[node]].taints.pop(key, None)
@@ -1539,6 +1620,34 @@ class Twin:
                     raise OperationError("error fraction must be within 0..1")
                 p = self.model_index[model] * len(self.cell_names) + self.cell_index[cell]
                 self.error_fraction[p] = frac
+            case ops.ResetGpu(node=node, gpu=gpu):
+                ni = self.node_index[node]
+                if any(gpu in self.replicas[r].gpus for r in self.nodes[ni].replicas):
+                    raise OperationError(f"{node}: drain GPU {gpu}'s workloads before a reset")
+                self._push(self.t + GPU_RESET_S, "gpu_reset", (ni, gpu))
+            case ops.RebootNode(node=node):
+                ni = self.node_index[node]
+                n = self.nodes[ni]
+                for rid in sorted(n.replicas):
+                    self._remove(self.replicas[rid], graceful=False)
+                n.ready = False
+                self.training.on_node_unavailable(ni)
+                self._record_node(node)
+                self._push(self.t + NODE_REBOOT_S, "rebooted", (ni,))
+            case ops.RunBurnIn(node=node):
+                ni = self.node_index[node]
+                if self.nodes[ni].replicas:
+                    raise OperationError(f"{node}: burn-in needs a drained node")
+                self.burn_in.pop(node, None)
+                self._push(self.t + BURN_IN_S, "burned_in", (ni,))
+            case ops.EjectReplica(pod=pod):
+                r = self.replicas[int(pod[1:])]
+                if r.state == READY:
+                    self._set_state(r, EJECTED)  # out of routing, kept on its node
+            case ops.UnejectReplica(pod=pod):
+                pass
+            case _ if isinstance(op, TRAINING_OPS):
+                self.training.apply(op)
             case ops.Noop():
                 pass
         return inverse
