@@ -62,9 +62,7 @@ def run(fleet: str, slo: str, hours: float, seed: int, detect: bool) -> dict[str
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--fleet", default="examples/fleet.yaml")
     ap.add_argument("--slo", default="examples/slo.yaml")
     ap.add_argument("--hours", type=float, default=24.0)

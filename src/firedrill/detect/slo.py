@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from firedrill.detect.alertmanager import RoutingSpec
-from firedrill.model.spec import NAME_RE
+from firedrill.model.spec import NAME_RE, VLLM_TTFT_BUCKETS_S
 
 Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w)$")]
 _UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -49,6 +49,18 @@ class Objective(_Strict):
     @property
     def budget(self) -> float:
         return 1.0 - self.target
+
+    @model_validator(mode="after")
+    def _threshold_is_a_bucket_edge(self) -> Objective:
+        # TTFT is a histogram: only a bucket boundary can be counted exactly (le="2.0"). Any
+        # other threshold has no series, so Prometheus would never evaluate the SLO at all.
+        if self.sli in ("ttft", "goodput") and self.ttft_threshold_s not in VLLM_TTFT_BUCKETS_S:
+            edges = ", ".join(f"{x:g}" for x in VLLM_TTFT_BUCKETS_S if 0.05 <= x <= 20)
+            raise ValueError(
+                f"ttft_threshold_s {self.ttft_threshold_s:g} is not a TTFT bucket boundary "
+                f"({edges} ...)"
+            )
+        return self
 
 
 class BurnTier(_Strict):
