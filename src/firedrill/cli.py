@@ -33,10 +33,14 @@ app = typer.Typer(
 )
 twin_app = typer.Typer(help="Run the built-in digital twin of a GPU fleet.", no_args_is_help=True)
 app.add_typer(twin_app, name="twin")
+alerting_app = typer.Typer(help="Choosing alert parameters.", no_args_is_help=True)
+app.add_typer(alerting_app, name="alerting")
 rules_app = typer.Typer(
     help="Prometheus rules and Alertmanager config for a real fleet.", no_args_is_help=True
 )
 app.add_typer(rules_app, name="rules")
+export_app = typer.Typer(help="Manifests for the real tools.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
 
 console = Console()
 err = Console(stderr=True)
@@ -47,6 +51,8 @@ EXIT_SPEC = 4
 class SchemaKind(StrEnum):
     fleet = "fleet"
     slo = "slo"
+    policy = "policy"
+    scenario = "scenario"
 
 
 class SeriesFormat(StrEnum):
@@ -82,9 +88,16 @@ def _root(
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec.")]) -> None:
     """Print the JSON Schema of a spec (for editors and CI validation)."""
     from firedrill.detect.slo import SloSpec
+    from firedrill.remediate.policy import PolicySpec
+    from firedrill.scenario.spec import ScenarioSpec
     from firedrill.specfile import json_schema
 
-    models: dict[SchemaKind, type[Any]] = {SchemaKind.fleet: FleetSpec, SchemaKind.slo: SloSpec}
+    models: dict[SchemaKind, type[Any]] = {
+        SchemaKind.fleet: FleetSpec,
+        SchemaKind.slo: SloSpec,
+        SchemaKind.policy: PolicySpec,
+        SchemaKind.scenario: ScenarioSpec,
+    }
     sys.stdout.write(json.dumps(json_schema(models[kind]), indent=2, sort_keys=False) + "\n")
 
 
@@ -395,6 +408,165 @@ def rules_check(
             console.print(r.output)
     if not all(r.ok for r in results):
         raise typer.Exit(1)
+
+
+@alerting_app.command("compare")
+def alerting_compare(
+    slo: Annotated[Path, typer.Argument(help="SLO spec (YAML).")],
+    fleet: Annotated[Path, typer.Option(help="Fleet spec.")] = Path("examples/fleet.yaml"),
+    seed: Annotated[int, typer.Option(help="Seed for the incident plan and the twin.")] = 0,
+    objective: Annotated[
+        str | None, typer.Option(help="Availability objective (default: the first).")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results as JSON.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write an HTML report.")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar or table.")] = False,
+) -> None:
+    """Run the SRE workbook's six alerting strategies over generated incidents on the twin."""
+    from firedrill.detect.compare import (
+        availability_objective,
+        compare,
+        first_cell_serving,
+        plan_incidents,
+    )
+    from firedrill.report.charts import render_html, render_table
+    from firedrill.twin.engine import Twin
+
+    spec, _ = _load_fleet(fleet)
+    slo_spec = _load_slo(slo)
+    try:
+        obj = availability_objective(slo_spec, objective)
+        cell = first_cell_serving(spec, obj.model)
+    except FiredrillError as exc:
+        raise _fail(exc) from exc
+    plan = plan_incidents(seed, obj, cell=cell, period_s=slo_spec.period_s)
+    twin = Twin(spec, seed, record=True, hours_hint=plan.horizon_s / 3600.0)
+    with Progress(
+        TextColumn("[bold]compare[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"{obj.name} on {cell}", total=plan.horizon_s)
+        result = compare(
+            twin, plan, slo_spec, obj, progress=lambda t: progress.update(task, completed=t)
+        )
+    data = result.to_json()
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    if html_out is not None:
+        html_out.parent.mkdir(parents=True, exist_ok=True)
+        html_out.write_text(render_html(result))
+    if not quiet:
+        console.print(render_table(result))
+
+
+@app.command()
+def respond(
+    scenario: Annotated[Path, typer.Argument(help="Scenario spec (YAML).")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON.")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar or tables.")] = False,
+) -> None:
+    """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail."""
+    from firedrill.scenario.expect import evaluate
+    from firedrill.scenario.report import to_json
+    from firedrill.scenario.run import run_scenario
+    from firedrill.specfile import load_scenario, spec_sha256
+
+    try:
+        spec, fleet, slo, policy = load_scenario(scenario)
+        digest = spec_sha256(scenario)
+    except SpecError as exc:
+        raise _fail(exc) from exc
+    with Progress(
+        TextColumn("[bold]respond[/] {task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(spec.name, total=spec.duration_s)
+        run = run_scenario(
+            spec, fleet, slo, policy, progress=lambda t: progress.update(task, completed=t)
+        )
+    checks = evaluate(run, list(spec.expect))
+    data = to_json(run, checks, spec_sha256=digest)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    if not quiet:
+        _print_scenario(data)
+    if not data["passed"]:
+        raise typer.Exit(1)
+
+
+def _print_scenario(data: dict[str, Any]) -> None:
+    console.print(f"[bold]{data['scenario']}[/]: {data['sim_seconds']:.0f} s simulated")
+    by: dict[str, int] = {}
+    for n in data["notifications"]:
+        by[n["receiver"]] = by.get(n["receiver"], 0) + 1
+    console.print(
+        "notifications: " + (", ".join(f"{k} {v}" for k, v in sorted(by.items())) or "none")
+    )
+    rem = data["remediation"]
+    acts: dict[str, int] = {}
+    for a in rem["actions"]:
+        acts[a["action"]] = acts.get(a["action"], 0) + 1
+    console.print(
+        "remediation: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(acts.items())) or "nothing")
+        + (f"; blocked {len(rem['blocked'])}" if rem["blocked"] else "")
+        + (" (dry-run)" if rem["dry_run"] else "")
+    )
+    for c in rem["chains"][:10]:
+        reached = [s["name"] for s in c["stages"] if s["status"] == "ok"]
+        end = f"broken at {c['broken_at']}: {c['why']}" if c["broken_at"] else "complete"
+        console.print(f"chain {c['kind']} on {c['node']}: {' > '.join(reached)} ({end})")
+    if len(rem["chains"]) > 10:
+        console.print(f"... and {len(rem['chains']) - 10} more chains")
+    table = Table(title="expectations", box=None, header_style="bold")
+    for col in ("", "check", "expected", "observed"):
+        table.add_column(col)
+    for e in data["expectations"]:
+        mark = "[green]PASS[/]" if e["passed"] else "[bold red]FAIL[/]"
+        table.add_row(mark, e["check"], e["expected"], e["observed"][:80])
+    console.print(table)
+
+
+@export_app.command("nhc")
+def export_nhc(
+    policy: Annotated[Path, typer.Argument(help="Remediation policy (YAML).")],
+    name: Annotated[str, typer.Option(help="NodeHealthCheck name.")] = "gpu-nodes",
+    cell: Annotated[str | None, typer.Option(help="Scope the selector to one cell.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write to a file instead of stdout.")] = None,
+) -> None:
+    """Write a NodeHealthCheck manifest equivalent to the policy (and say what it cannot hold)."""
+    import yaml
+
+    from firedrill.export.nhc import NOT_EXPRESSIBLE, node_health_check
+    from firedrill.remediate.policy import PolicySpec
+    from firedrill.specfile import load_spec
+
+    try:
+        spec = load_spec(policy, PolicySpec)
+    except SpecError as exc:
+        raise _fail(exc) from exc
+    text = yaml.safe_dump(node_health_check(spec, name=name, cell=cell), sort_keys=False)
+    header = "# Enforced by firedrill, not expressible in NodeHealthCheck:\n" + "".join(
+        f"#   - {x}\n" for x in NOT_EXPRESSIBLE
+    )
+    if out is None:
+        sys.stdout.write(header + text)
+    else:
+        out.write_text(header + text)
+        err.print(f"wrote {out}")
 
 
 def main() -> None:

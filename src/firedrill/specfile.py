@@ -300,3 +300,48 @@ def _format_field(path: _Loc) -> str | None:
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or None
+
+
+def load_scenario(path: str | Path) -> tuple[Any, FleetSpec, Any, Any]:
+    """A scenario and what it names (fleet, SLO, policy), paths relative to the scenario file.
+
+    ``fleet_overrides`` and ``policy_overrides`` are merged (deeply) into the loaded specs, so a
+    scenario can say "this policy, but with DBE ECC unmapped" in three lines.
+    """
+    from firedrill.detect.slo import SloSpec
+    from firedrill.remediate.policy import PolicySpec
+    from firedrill.scenario.spec import ScenarioSpec
+
+    path = Path(path)
+    scenario = load_spec(path, ScenarioSpec)
+    base = path.parent
+    fleet = load_fleet(base / scenario.fleet)
+    if scenario.fleet_overrides:
+        fleet = _override(fleet, scenario.fleet_overrides, str(path), "fleet_overrides")
+    slo = load_spec(base / scenario.slo, SloSpec)
+    policy = (
+        load_spec(base / scenario.policy, PolicySpec)
+        if scenario.policy is not None
+        else PolicySpec()
+    )
+    if scenario.policy_overrides:
+        policy = _override(policy, scenario.policy_overrides, str(path), "policy_overrides")
+    return scenario, fleet, slo, policy
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = (
+            _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
+    return out
+
+
+def _override(model: M, overrides: dict[str, Any], file: str, field: str) -> M:
+    try:
+        return type(model).model_validate(_deep_merge(model.model_dump(), overrides))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise SpecError(first["msg"], file=file, line=None, field=f"{field}.{loc}") from exc

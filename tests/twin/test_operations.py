@@ -58,7 +58,7 @@ def twin(spec: FleetSpec) -> Twin:
 def observable(twin: Twin) -> dict[str, object]:
     """Everything an operation may change, as plain values (replica lifecycles left out)."""
     return {
-        "nodes": list(twin.nodes_view()),
+        "nodes": list(twin.node_views()),
         "cells": [
             (c.name, c.quarantined, c.route_weights, tuple(r.desired for r in c.replicas))
             for c in twin.cells()

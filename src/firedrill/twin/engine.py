@@ -355,6 +355,8 @@ class Twin:
         self.samples = 0
         self.generation_tokens = np.zeros(p)
         self.replicas: list[Replica] = []
+        # (t, replica, from state, to state, node at the time): what chain tracing reads
+        self.replica_log: list[tuple[float, int, int, int, int]] = []
         self.pool_replicas: list[set[int]] = [set() for _ in range(p)]
         self.state_counts = np.zeros((p, len(STATE_NAMES)), dtype=np.int64)
         self._last_scale = np.full(p, -1e18)
@@ -415,10 +417,15 @@ class Twin:
     def _new_replica(self, model: int, cell: int, digest: int) -> Replica:
         r = Replica(id=len(self.replicas), model=model, cell=cell, digest=digest)
         self.replicas.append(r)
+        self.replica_log.append((self.t, r.id, -1, PENDING, -1))
         p = model * len(self.cell_names) + cell
         self.pool_replicas[p].add(r.id)
         self.state_counts[p, PENDING] += 1
         return r
+
+    def pool_of(self, replica: int) -> int:
+        """Pool index (model x cell) of a replica."""
+        return self._pool(self.replicas[replica])
 
     def _pool(self, r: Replica) -> int:
         return r.model * len(self.cell_names) + r.cell
@@ -426,6 +433,7 @@ class Twin:
     def _set_state(self, r: Replica, state: int) -> None:
         p = self._pool(r)
         self.pool_dirty[p] = True
+        self.replica_log.append((self.t, r.id, r.state, state, r.node))
         self.state_counts[p, r.state] -= 1
         self.state_counts[p, state] += 1
         if r.state == READY and state != READY:
@@ -1458,6 +1466,8 @@ class Twin:
                 if "inference" in classes:
                     for rid in sorted(n.replicas):
                         self._remove(self.replicas[rid], graceful=True)
+                if "training" in classes and self.spec.training:
+                    self.training.on_node_unavailable(ni)
                 self.supply.cancel_node(ni)
                 self._record_node(node)
             case ops.SetRouteWeights(model=model, weights=weights):
@@ -1740,7 +1750,19 @@ class Twin:
             versions=tuple(sorted(n.versions.items())),
         )
 
-    def nodes_view(self, *, cell: str | None = None) -> Sequence[NodeView]:
+    def pods_on(self, node: str, gpu: int | None = None) -> Sequence[str]:
+        n = self.nodes[self._node_i(node)]
+        return [
+            self.replicas[r].pod
+            for r in sorted(n.replicas)
+            if gpu is None or gpu in self.replicas[r].gpus
+        ]
+
+    def burn_in_result(self, node: str) -> tuple[float, bool, str] | None:
+        self._node_i(node)
+        return self.burn_in.get(node)
+
+    def node_views(self, *, cell: str | None = None) -> Sequence[NodeView]:
         if cell is None:
             return [self._node_view(i) for i in range(len(self.nodes))]
         return [self._node_view(i) for i in self.cell_nodes[self._cell_i(cell)]]
@@ -1882,6 +1904,8 @@ class Twin:
         s.family("firedrill_admission_decisions_total|admit", [labels_of(decision="admit")])
         s.family("firedrill_admission_decisions_total|deny", [labels_of(decision="deny")])
         self._ttft_export_idx = np.searchsorted(self.edges, TTFT_EXPORT)
+        if self.spec.training:
+            self.training.register_series(s)
 
     def _scrape(self) -> None:
         self.flush_ttft()
@@ -1942,6 +1966,8 @@ class Twin:
             k,
             np.array([float(self.admission["denied"])]),
         )
+        if self.spec.training:
+            self.training.scrape(s, k)
 
 
 def _admit(queue: I64, free: I64) -> I64:

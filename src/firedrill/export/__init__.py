@@ -1,0 +1,1 @@
+"""Manifests for the real tools: NodeHealthCheck, Chaos Mesh, AWS FIS, Kyverno, RBAC."""

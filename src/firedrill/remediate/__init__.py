@@ -1,0 +1,1 @@
+"""Remediation: GPU health policy and a controller with budgets that can never become the outage."""

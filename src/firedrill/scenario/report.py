@@ -1,0 +1,55 @@
+"""The scenario run as JSON (the ``respond --json`` contract)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from firedrill.detect.monitor import event_dict
+from firedrill.scenario.expect import CheckResult
+
+if TYPE_CHECKING:
+    from firedrill.scenario.run import ScenarioRun
+
+
+def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) -> dict[str, Any]:
+    st = run.controller.state
+    twin = run.twin
+    return {
+        "scenario": run.spec.name,
+        "seed": run.spec.seed,
+        "spec_sha256": spec_sha256,
+        "sim_seconds": twin.t,
+        "timeline": [
+            {"at_s": at, "op": type(op).__name__, "args": asdict(op), "note": entry.note}
+            for at, entry, op in run.applied
+        ],
+        "notifications": [
+            {
+                "receiver": n.receiver,
+                "alertname": n.alertname,
+                "cell": n.cell,
+                "at_s": n.at_s,
+                "alerts": len(n.alerts),
+                "resolved": len(n.resolved),
+                "group_key": list(n.group_key),
+            }
+            for n in run.notifications
+        ],
+        "alerts": [event_dict(a) for a in run.alerts],
+        "remediation": {
+            "dry_run": run.controller.policy.dry_run,
+            "actions": [asdict(a) for a in st.actions],
+            "blocked": [asdict(b) for b in st.blocked],
+            "pages": [asdict(p) for p in st.pages],
+            "paused_cells": run.controller.paused_cells,
+            "quarantine_actions_total": {
+                twin.nodes[ni].name: v for ni, v in sorted(twin.quarantine_actions.items())
+            },
+            "chains": [c.to_json() for c in run.chains],
+        },
+        "training": run.extra.get("training", {}),
+        "changes": [asdict(c) for c in twin.changes(since_s=0.0)],
+        "expectations": [asdict(c) for c in checks],
+        "passed": all(c.passed for c in checks),
+    }

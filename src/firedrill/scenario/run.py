@@ -1,0 +1,123 @@
+"""Run a scenario on the twin: timeline → detection → notifications → remediation → chains.
+
+Everything runs on the twin's simulated clock in evaluation steps (the scrape interval): apply the
+timeline entries that are due, advance the twin, evaluate the burn-rate and cause alerts, feed
+them (and the controller's own budget pages) to the in-process Alertmanager, let the remediation
+controller observe and act, then flush the notifications that are due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from firedrill.detect.causes import CauseEvaluator
+from firedrill.detect.evaluator import AlertEvent, BurnRateEvaluator
+from firedrill.detect.notify import Notification, Notifier
+from firedrill.detect.slo import SloSpec
+from firedrill.model import operations as ops
+from firedrill.model.series import labels_of
+from firedrill.model.spec import FleetSpec
+from firedrill.ports import Fleet
+from firedrill.remediate.controller import RemediationController
+from firedrill.remediate.policy import PolicySpec
+from firedrill.scenario.chains import Chain, trace_chains
+from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
+from firedrill.twin.engine import Twin
+
+ProgressFn = Callable[[float], None]
+
+
+@dataclass
+class ScenarioRun:
+    spec: ScenarioSpec
+    twin: Twin
+    controller: RemediationController
+    notifier: Notifier
+    alerts: list[AlertEvent] = field(default_factory=list)
+    applied: list[tuple[float, TimelineEntry, ops.Operation]] = field(default_factory=list)
+    chains: list[Chain] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def notifications(self) -> list[Notification]:
+        return self.notifier.notifications
+
+
+def expand(entry: TimelineEntry, twin: Twin) -> list[ops.Operation]:
+    """The operations one timeline entry stands for (a cell expands over its nodes)."""
+    cls = OPERATIONS[entry.op]
+    if entry.cell is None:
+        one: ops.Operation = cls(**_coerce(entry.args))
+        return [one]
+    nodes = [
+        v.name
+        for v in twin.node_views(cell=entry.cell)
+        if entry.pool is None or v.pool == entry.pool
+    ]
+    count = max(1, round(len(nodes) * entry.share))
+    many: list[ops.Operation] = [cls(node=n, **_coerce(entry.args)) for n in nodes[:count]]
+    return many
+
+
+def _coerce(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
+
+
+def run_scenario(
+    spec: ScenarioSpec,
+    fleet: FleetSpec,
+    slo: SloSpec,
+    policy: PolicySpec,
+    *,
+    progress: ProgressFn | None = None,
+) -> ScenarioRun:
+    twin = Twin(fleet, spec.seed, hours_hint=spec.duration_s / 3600.0)
+    fleet_port: Fleet = twin
+    burn = BurnRateEvaluator(slo, twin)
+    causes = CauseEvaluator(slo, twin)
+    notifier = Notifier(slo.routing)
+    controller = RemediationController(policy, fleet_port)
+    run = ScenarioRun(spec, twin, controller, notifier)
+    timeline = sorted(spec.timeline, key=lambda e: e.at_s)
+    step = fleet.scrape_interval_s
+    paged: set[str] = set()
+    i = 0
+    burn.evaluate()
+    causes.evaluate()
+    while twin.t < spec.duration_s - 1e-9:
+        while i < len(timeline) and timeline[i].at_s <= twin.t + 1e-9:
+            for op in expand(timeline[i], twin):
+                twin.apply(op)
+                run.applied.append((twin.t, timeline[i], op))
+            i += 1
+        twin.advance(min(step, spec.duration_s - twin.t))
+        now = twin.t
+        for ev in burn.evaluate() + causes.evaluate():
+            run.alerts.append(ev)
+            if ev.state == "firing":
+                notifier.fire(ev.at_s, ev.labels)
+            else:
+                notifier.resolve(ev.at_s, ev.labels)
+        controller.observe(now, twin)
+        for page in controller.state.pages:
+            if page.cell in paged:
+                continue
+            paged.add(page.cell)
+            labels = labels_of(
+                alertname=page.alertname,
+                severity="page",
+                team="gpu-fleet",
+                cell=page.cell,
+                region=page.region,
+                budget=page.budget,
+            )
+            run.alerts.append(AlertEvent(page.at_s, page.alertname, "firing", labels, 0.0))
+            notifier.fire(page.at_s, labels)
+        notifier.tick(now)
+        if progress is not None:
+            progress(now)
+    twin.flush_ttft()
+    run.chains = trace_chains(run)
+    return run

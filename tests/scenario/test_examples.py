@@ -1,0 +1,76 @@
+"""Every example scenario runs on the twin and its asserted outcomes hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from firedrill.cli import app
+
+SCENARIOS = sorted(Path("examples/scenarios").glob("*.yaml"))
+runner = CliRunner()
+
+
+def _run(path: Path, tmp_path: Path) -> dict[str, object]:
+    out = tmp_path / f"{path.stem}.json"
+    result = runner.invoke(app, ["respond", str(path), "--json", str(out), "--quiet"])
+    data: dict[str, object] = json.loads(out.read_text())
+    assert result.exit_code == 0, json.dumps(data["expectations"], indent=1)
+    return data
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_example_scenario_meets_its_expectations(path: Path, tmp_path: Path) -> None:
+    data = _run(path, tmp_path)
+    assert data["passed"] is True
+    assert data["expectations"], "a scenario without expectations proves nothing"
+    rem = data["remediation"]
+    assert isinstance(rem, dict)
+    for key in ("actions", "blocked", "chains"):
+        assert isinstance(rem[key], list)
+    for n in data["notifications"]:  # type: ignore[attr-defined]
+        assert {"receiver", "alertname", "cell", "at_s", "alerts"} <= set(n)
+    for a in rem["actions"]:
+        assert {"node", "cell", "action", "reason", "at_s", "dry_run"} <= set(a)
+    for b in rem["blocked"]:
+        assert {"node", "cell", "budget", "at_s"} <= set(b)
+    for c in rem["chains"]:
+        assert {"stages", "broken_at"} <= set(c)
+        assert all("at_s" in s for s in c["stages"])
+
+
+def test_same_scenario_and_seed_give_the_same_json(tmp_path: Path) -> None:
+    path = Path("examples/scenarios/xid13-no-drain.yaml")
+    a = _run(path, tmp_path / "a")
+    b = _run(path, tmp_path / "b")
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_a_failed_expectation_exits_1(tmp_path: Path) -> None:
+    text = Path("examples/scenarios/xid13-no-drain.yaml").read_text()
+    bad = tmp_path / "s.yaml"
+    bad.write_text(
+        text.replace("fleet: ../fleet.yaml", "fleet: " + str(Path("examples/fleet.yaml").resolve()))
+        .replace("slo: ../slo.yaml", "slo: " + str(Path("examples/slo.yaml").resolve()))
+        .replace("policy: ../policy.yaml", "policy: " + str(Path("examples/policy.yaml").resolve()))
+        .replace(
+            "{check: actions, action: drain, max: 0}", "{check: actions, action: drain, min: 1}"
+        )
+    )
+    result = runner.invoke(app, ["respond", str(bad), "--quiet"])
+    assert result.exit_code == 1
+
+
+def test_a_malformed_scenario_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "s.yaml"
+    bad.write_text(
+        "name: x\nfleet: f.yaml\nslo: s.yaml\nduration: 10m\n"
+        "timeline:\n  - at: 1m\n    op: InjectWarpCore\n"
+    )
+    result = runner.invoke(app, ["respond", str(bad)])
+    assert result.exit_code == 4
+    assert "s.yaml:7" in result.output
+    assert "InjectWarpCore" in result.output
