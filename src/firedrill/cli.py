@@ -531,6 +531,14 @@ def _print_scenario(data: dict[str, Any]) -> None:
         console.print(f"chain {c['kind']} on {c['node']}: {' > '.join(reached)} ({end})")
     if len(rem["chains"]) > 10:
         console.print(f"... and {len(rem['chains']) - 10} more chains")
+    for js, t in data.get("training", {}).items():
+        console.print(f"training {js}: {t.get('page', '')}")
+        if "rank" in t:
+            console.print(
+                f"  rank {t['rank']} on {t['node']}: suspended at {t['suspended_at_s']:.0f} s, "
+                f"resumed from step {t['resumed_from_step']} without {', '.join(t['excluded'])}; "
+                f"{t['gpu_hours_lost']:,.0f} GPU-h lost (${t['usd_lost']:,.0f})"
+            )
     table = Table(title="expectations", box=None, header_style="bold")
     for col in ("", "check", "expected", "observed"):
         table.add_column(col)

@@ -37,8 +37,11 @@ from firedrill.model.operations import (
     InjectDcgmField,
     InjectThermal,
     Operation,
+    PauseScaler,
     RebootNode,
+    SetReplicas,
     Taint,
+    UnpauseScaler,
     Untaint,
 )
 from firedrill.model.series import Series
@@ -78,6 +81,9 @@ REBOOT_NODE, REBOOT_AT_S = node("usw2-b", 20), 2405.0
 STORM_CELL, STORM_AT_S = "use1-c", 1205.0  # 21 quarantines, one a minute
 CALM_CELL, CALM_AT_S = "euw1-b", 1235.0  # 20 quarantines: at the threshold, not above
 FLAP_NODE, FLAP_AT_S = node("usw2-a", 30), (3005.0, 3305.0, 3605.0)  # taint, untaint, taint
+# One llm-8b replica for the cell's traffic for 10 minutes, then all 128 back: queues, a full KV
+# cache, preemptions, slow first tokens, then a weights pull the registry throttles.
+SQUEEZE_MODEL, SQUEEZE_CELL, SQUEEZE_AT_S, RELEASE_AT_S = "llm-8b", "usw2-b", 1805.0, 2405.0
 
 
 def taint(name: str) -> Taint:
@@ -97,6 +103,10 @@ INJECTIONS: tuple[tuple[float, Operation], ...] = (
     (FLAP_AT_S[0], taint(FLAP_NODE)),
     (FLAP_AT_S[1], Untaint(FLAP_NODE, QUARANTINE, "NoSchedule")),
     (FLAP_AT_S[2], taint(FLAP_NODE)),
+    (SQUEEZE_AT_S, SetReplicas(SQUEEZE_MODEL, SQUEEZE_CELL, 1)),
+    (SQUEEZE_AT_S, PauseScaler(SQUEEZE_MODEL, SQUEEZE_CELL, 1)),
+    (RELEASE_AT_S, SetReplicas(SQUEEZE_MODEL, SQUEEZE_CELL, 128)),
+    (RELEASE_AT_S, UnpauseScaler(SQUEEZE_MODEL, SQUEEZE_CELL)),
 )
 
 # Every series the cause and guardrail rules read.
@@ -319,6 +329,42 @@ def test_two_quarantines_of_a_node_within_ninety_minutes_are_flapping(drill: Dri
     assert flapping.label("severity") == "ticket"
 
 
+@pytest.mark.parametrize(
+    "alertname", ["VllmQueueDeep", "KVCacheHigh", "VllmPreemptions", "PodTTFTHigh"]
+)
+def test_a_squeezed_pool_raises_the_serving_tickets_after_five_minutes(
+    drill: Drill, alertname: str
+) -> None:
+    fired = [e for e in drill.zero_filled.of(alertname) if e.state == "firing"]
+    assert {(e.label("cell"), e.label("model_name")) for e in fired} == {
+        (SQUEEZE_CELL, SQUEEZE_MODEL)
+    }
+    assert fired[0].at_s >= SQUEEZE_AT_S + INTERVAL_S - OFFSET_S + 300  # for: 5m
+    assert dict(fired[0].labels) == {
+        "alertname": alertname,
+        "cell": SQUEEZE_CELL,
+        "region": "us-west-2",
+        "model_name": SQUEEZE_MODEL,
+        "severity": "ticket",
+        "team": "inference",
+    }
+
+
+def test_registry_throttling_is_a_region_scoped_ticket(drill: Drill) -> None:
+    fired = [e for e in drill.zero_filled.of("HydrateOrigin5xx") if e.state == "firing"]
+    assert fired
+    assert all(e.at_s > RELEASE_AT_S for e in fired)
+    assert {e.label("cell") for e in fired} == {"region:us-west-2"}
+    assert {k for k, _ in fired[0].labels} == {
+        "alertname",
+        "cell",
+        "region",
+        "code",
+        "severity",
+        "team",
+    }
+
+
 def test_series_read_as_recorded_miss_what_appears_at_once(drill: Drill) -> None:
     """Without the default 0, a GPU's XID series is born at 79: no change, no ticket."""
     assert drill.zero_filled.of("DCGMXidFatal", node=FATAL_NODE)
@@ -498,9 +544,14 @@ def test_promtool_fires_the_same_alerts_at_the_same_evaluation(
             "QuarantineRateAnomalous",
             "NodeRemediationFlapping",
             "QuarantinedFractionHigh",
+            "VllmQueueDeep",
+            "KVCacheHigh",
+            "VllmPreemptions",
+            "PodTTFTHigh",
+            "HydrateOrigin5xx",
         }
     else:
-        assert checked_firing >= {"GPUThermalViolation", "NodeNotReady", "QuarantinedFractionHigh"}
+        assert checked_firing >= {"GPUThermalViolation", "NodeNotReady", "PodTTFTHigh"}
 
 
 def test_an_evaluator_one_evaluation_late_is_caught(drill: Drill, tmp_path: Path) -> None:

@@ -133,6 +133,8 @@ def evaluate(run: ScenarioRun, checks: list[Check]) -> list[CheckResult]:
                         (c.resumed_elsewhere, "resumed_at_s"),
                     )
                 )
+                if ok and rep is not None and c.resumed_elsewhere:
+                    ok = not rep.get("resumed_on_excluded_node", True)
                 out.append(
                     CheckResult(
                         f"training runbook {c.jobset}", ok, "named, suspended, resumed", str(rep)

@@ -22,6 +22,7 @@ from firedrill.model.spec import FleetSpec
 from firedrill.ports import Fleet
 from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
+from firedrill.remediate.training import StallDetector, run_hang_runbook
 from firedrill.scenario.chains import Chain, trace_chains
 from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
 from firedrill.twin.engine import Twin
@@ -83,6 +84,8 @@ def run_scenario(
     timeline = sorted(spec.timeline, key=lambda e: e.at_s)
     step = fleet.scrape_interval_s
     paged: set[str] = set()
+    stall = StallDetector(twin, gpu_hour_usd=fleet.gpu_hour_usd) if fleet.training else None
+    run.extra["training"] = {}
     i = 0
     burn.evaluate()
     causes.evaluate()
@@ -115,6 +118,42 @@ def run_scenario(
             )
             run.alerts.append(AlertEvent(page.at_s, page.alertname, "firing", labels, 0.0))
             notifier.fire(page.at_s, labels)
+        if stall is not None:
+            for sp in stall.evaluate():
+                labels = labels_of(
+                    alertname=sp.alertname,
+                    severity=sp.severity,
+                    team="training",
+                    cell=sp.cell,
+                    region=sp.region,
+                    jobset=sp.jobset,
+                )
+                run.alerts.append(
+                    AlertEvent(sp.at_s, sp.alertname, "firing", labels, sp.usd_per_hour)
+                )
+                notifier.fire(sp.at_s, labels)
+                entry: dict[str, Any] = {
+                    "page": sp.summary,
+                    "gpu_hours_burning": sp.gpu_hours_burned,
+                }
+                if spec.training_runbook:
+                    records = twin.training.flight_recorder(sp.jobset)
+                    rep = run_hang_runbook(
+                        twin, twin.training, sp.jobset, records, gpu_hour_usd=fleet.gpu_hour_usd
+                    )
+                    entry.update(
+                        rank=rep.rank,
+                        node=rep.node,
+                        excluded=list(rep.excluded),
+                        suspended_at_s=rep.suspended_at_s,
+                        resumed_at_s=rep.resumed_at_s,
+                        resumed_from_step=rep.resumed_from_step,
+                        steps_lost=rep.steps_lost,
+                        gpu_hours_lost=rep.gpu_hours_lost,
+                        usd_lost=rep.usd_lost,
+                        resumed_on_excluded_node=bool(set(rep.excluded) & set(rep.placement)),
+                    )
+                run.extra["training"][sp.jobset] = entry
         notifier.tick(now)
         if progress is not None:
             progress(now)
