@@ -299,16 +299,18 @@ def twin_serve(
     twin = Twin(spec, seed, hours_hint=max(hours, 1.0))
     lock = threading.Lock()
 
-    def latest() -> list[Series]:
+    def latest() -> tuple[float, list[Series]]:
         with lock:
             t = twin.store.times[-1] if twin.store.times else 0.0
-            return [_public(s) for s in _all_series(twin, t, t)]
+            return t, [_public(s) for s in _all_series(twin, t, t)]
 
     def render() -> str:
-        return to_prometheus_text(latest())
+        _, series = latest()
+        return to_prometheus_text(series)
 
     def render_om() -> str:
-        return to_openmetrics(latest(), with_timestamps=False)
+        t, series = latest()
+        return to_openmetrics(series, at_s=t, with_timestamps=False)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

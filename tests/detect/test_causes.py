@@ -437,15 +437,17 @@ def rule_inputs(twin: Twin, *, zero_filled: bool) -> list[Series]:
     stored yet is 0 there when ``zero_filled`` (as its exporter would publish it), absent
     otherwise."""
     out: list[Series] = []
+    grid = np.asarray(twin.store.times)
     for name in RULE_INPUTS:
         for s in twin.query(name, start_s=0.0, end_s=RUN_S):
-            known = ~np.isnan(s.values)
-            if zero_filled and name in causes.ZERO_UNTIL_SEEN:
-                out.append(Series(s.name, s.labels, s.t_s, np.where(known, s.values, 0.0)))
+            assert not np.isnan(s.values).any(), f"a gap in {s.name}{s.labels}"
+            if zero_filled and name in causes.ZERO_UNTIL_SEEN and s.t_s.size:
+                before = grid[grid < s.t_s[0]]  # the exporter published 0 before the first change
+                t_s = np.concatenate([before, s.t_s])
+                values = np.concatenate([np.zeros(before.size), s.values])
+                out.append(Series(s.name, s.labels, t_s, values))
             else:
-                i = int(np.argmax(known))
-                assert known[i:].all(), f"a gap in {s.name}{s.labels}"
-                out.append(Series(s.name, s.labels, s.t_s[i:], s.values[i:]))
+                out.append(s)
     assert {s.name for s in out} >= {causes.TTFT_BUCKET, causes.XID, causes.QUARANTINES}
     return out
 

@@ -62,7 +62,7 @@ def prom_increase(
     with np.errstate(divide="ignore", invalid="ignore"):
         avg = sampled / (n_a - 1)
         to_start = np.broadcast_to(t_first_a - np.asarray(start), delta.shape)
-        to_zero = np.where(delta > 0, sampled * first / delta, np.inf)
+        to_zero = np.where(delta > 0, sampled * (first / delta), np.inf)  # as Prometheus rounds
         to_start = np.where((delta > 0) & (first >= 0), np.minimum(to_start, to_zero), to_start)
         to_end = end - t_last
         threshold = avg * 1.1

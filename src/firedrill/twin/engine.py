@@ -1718,13 +1718,14 @@ class Twin:
         if old is not None and old != new_lab:
             self.store.set_sparse("kube_node_labels", old, self.t, 0.0)
         self._label_series[node] = new_lab
-        ready = "true" if n.ready else "false"
-        self.store.set_sparse(
-            "kube_node_status_condition",
-            labels_of(**base, condition="Ready", status=ready),
-            self.t,
-            1.0,
-        )
+        for status in ("true", "false"):  # kube-state-metrics: one series per status, 1 or 0
+            on = (status == "true") == n.ready
+            self.store.set_sparse(
+                "kube_node_status_condition",
+                labels_of(**base, condition="Ready", status=status),
+                self.t,
+                1.0 if on else 0.0,
+            )
         self.store.set_sparse(
             "kube_node_spec_unschedulable", labels_of(**base), self.t, 1.0 if n.cordoned else 0.0
         )

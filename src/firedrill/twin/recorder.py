@@ -111,9 +111,11 @@ class SeriesStore:
         for labels, log in self.sparse.get(name, {}).items():
             if not _matches(labels, want):
                 continue
-            idx = np.searchsorted(np.asarray(log.t_s), window, side="right") - 1
-            vals = np.where(idx >= 0, np.asarray(log.values)[np.maximum(idx, 0)], np.nan)
-            out.append(Series(name, labels, window, vals))
+            # a sparse series has no samples before its first change point (it did not exist)
+            present = window[window >= log.t_s[0]] if log.t_s else window[:0]
+            idx = np.searchsorted(np.asarray(log.t_s), present, side="right") - 1
+            vals = np.asarray(log.values)[idx]
+            out.append(Series(name, labels, present, vals.astype(np.float64)))
         return out
 
     def instant(
