@@ -2,7 +2,7 @@
 
 The command runs as its own process, exactly as an operator starts it, and is read only over
 HTTP. At ``--speed 60`` one wall second is a simulated minute, and ``--hours 0.5`` bounds a run
-to about 12 wall seconds, so a twin this file fails to stop still goes away by itself.
+to about 30 wall seconds, so a twin this file fails to stop still goes away by itself.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Incident command: incidents, severity, what changed, levers, comms, break-glass, postmortems."""
