@@ -6,9 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test tools lint typecheck layers unit bench clean
 
-# The real tools the tests check the generated config with (Debian/Ubuntu package names).
+# The real tools the tests check the generated config with (Debian/Ubuntu package names), and
+# the PostgreSQL server the store tests start on loopback (its binaries are not on PATH).
 TOOLS     := promtool amtool $(or $(FIREDRILL_ALERTMANAGER),prometheus-alertmanager)
-TOOL_PKGS := prometheus prometheus-alertmanager
+TOOL_PKGS := prometheus prometheus-alertmanager postgresql
+PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +25,11 @@ demo: $(STAMP)
 ## test: install what the tests need and run the whole suite (lint, types, layers, tests)
 test: $(STAMP) tools lint typecheck layers unit
 
-## tools: install promtool, amtool and Alertmanager from apt if any is missing (no-op otherwise)
+## tools: install promtool, amtool, Alertmanager and PostgreSQL from apt if any is missing
+## (no-op otherwise); services the packages start are stopped: the tests start their own
 tools:
 	@missing=""; for t in $(TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	ls $(PG_INITDB) >/dev/null 2>&1 || missing="$$missing initdb"; \
 	if [ -n "$$missing" ]; then \
 	  echo "missing:$$missing; installing $(TOOL_PKGS)"; \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; \
@@ -38,6 +42,7 @@ tools:
 	  for t in $(TOOLS); do \
 	    command -v $$t >/dev/null 2>&1 || { echo "$$t still missing" >&2; exit 1; }; \
 	  done; \
+	  ls $(PG_INITDB) >/dev/null 2>&1 || { echo "initdb still missing ($(PG_INITDB))" >&2; exit 1; }; \
 	fi
 
 lint: $(STAMP)

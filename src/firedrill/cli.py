@@ -41,11 +41,14 @@ rules_app = typer.Typer(
 app.add_typer(rules_app, name="rules")
 export_app = typer.Typer(help="Manifests for the real tools.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
+audit_app = typer.Typer(help="The store's append-only audit log.", no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
 
 console = Console()
 err = Console(stderr=True)
 
 EXIT_SPEC = 4
+DEFAULT_DB = "sqlite:///firedrill.db"  # the store: a SQLite file here, or postgresql://...
 
 
 class SchemaKind(StrEnum):
@@ -577,6 +580,30 @@ def export_nhc(
     else:
         out.write_text(header + text)
         err.print(f"wrote {out}")
+
+
+@audit_app.command("verify")
+def audit_verify(
+    db: Annotated[
+        str, typer.Option("--db", help="Store URL: sqlite:///FILE or postgresql://USER@HOST/DB.")
+    ] = DEFAULT_DB,
+) -> None:
+    """Check the audit log's hash chain; exit 1 at the first record that was tampered with."""
+    from firedrill.errors import StoreError
+    from firedrill.store import audit, open_store
+
+    try:
+        with open_store(db, read_only=True) as store, store.session() as session:
+            result = audit.verify(session)
+    except StoreError as exc:
+        raise _fail(exc) from exc
+    if not result.ok:
+        err.print(
+            f"[bold red]TAMPERED[/] audit log of {result.records} records: "
+            f"first bad record is seq {result.first_bad_seq}: {result.problem}"
+        )
+        raise typer.Exit(1)
+    console.print(f"[green]ok[/] audit log intact: {result.records} records")
 
 
 def main() -> None:

@@ -4,7 +4,8 @@
     ├── SpecError              a spec file is malformed: carries file, line and field
     ├── UnknownTargetError     an operation names a node, cell, model, ... that does not exist
     ├── OperationError         an operation is well-formed but cannot be applied in this state
-    └── ExportError            a window or series selection cannot be exported
+    ├── ExportError            a window or series selection cannot be exported
+    └── StoreError             the store refused a read or write, or cannot be reached
 
 Adapters map third-party exceptions onto these and chain them with ``from exc``.
 """
@@ -59,3 +60,11 @@ class OperationError(FiredrillError):
 
 class ExportError(FiredrillError):
     """Series cannot be exported as asked."""
+
+
+class StoreError(FiredrillError):
+    """The store refused a read or a write (bad input, a broken constraint) or cannot be reached.
+
+    A failed write leaves the stored data as it was: the service that raised it rolled back its
+    own changes, and the session stays usable.
+    """

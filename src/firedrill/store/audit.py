@@ -1,0 +1,224 @@
+"""The audit log: append-only and tamper-evident, so "who did what, when" can be trusted later.
+
+Each record is a link in a hash chain::
+
+    hash = sha256(prev_hash + canonical_json({seq, at_s, actor, action, subject, data}))
+
+where ``prev_hash`` is the previous record's ``hash`` (64 zeros for the first record), ``seq``
+counts 1, 2, 3, ... with no gaps, and the canonical JSON has sorted keys, no spaces and UTF-8
+text. ``verify`` walks the chain in ``seq`` order and reports the first record that does not fit:
+
+* an edited record (any field, including ``hash``): its hash no longer matches its contents;
+* a removed record: a gap in ``seq``, and the next record's ``prev_hash`` links to nothing;
+* reordered records (``seq`` values swapped): ``seq`` is hashed, so both hashes break;
+* records removed from the end leave a shorter but consistent chain: keep the ``head`` somewhere
+  else (a ticket, a log line, a second database) and pass it back as ``verify``'s ``anchor``.
+
+This module has no function that updates or deletes a record. On PostgreSQL the migration also
+installs a trigger that raises on UPDATE, DELETE and TRUNCATE of ``audit_log``, so a mistake or a
+user without the owner's rights cannot change history. SQLite has no such guard: there the hash
+chain alone makes tampering evident (it cannot prevent it; neither can the trigger against the
+table's owner).
+
+Appends are serialised (``serialize_writers``) so two writers never read the same head; the
+unique ``prev_hash`` would refuse a fork anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from firedrill.store import validate
+from firedrill.store.db import mapped_errors, serialize_writers, writing
+from firedrill.store.models import AuditRecord, JsonValue
+
+GENESIS = "0" * 64
+VERIFY_BATCH = 1000  # rows fetched at a time while verifying
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """The last record of the log, worth keeping outside the database (see ``verify``)."""
+
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What ``verify`` found: ``ok``, how many records the log holds, and the first bad one."""
+
+    ok: bool
+    records: int
+    first_bad_seq: int | None = None
+    problem: str | None = None
+
+
+def record_hash(
+    prev_hash: str,
+    *,
+    seq: int,
+    at_s: float,
+    actor: str,
+    action: str,
+    subject: str,
+    data: Mapping[str, Any],
+) -> str:
+    """The hash of a record given the hash of the one before it."""
+    body = validate.canonical_json(
+        {
+            "seq": seq,
+            "at_s": at_s,
+            "actor": actor,
+            "action": action,
+            "subject": subject,
+            "data": data,
+        }
+    )
+    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
+
+
+def append(
+    session: Session,
+    *,
+    actor: str,
+    action: str,
+    subject: str,
+    data: Mapping[str, JsonValue] | None = None,
+    at_s: float,
+) -> AuditRecord:
+    """Add a record at the end of the chain (committed with the caller's unit of work)."""
+    row = AuditRecord(
+        at_s=validate.seconds(at_s, "at_s"),
+        actor=validate.name(actor, "actor"),
+        action=validate.name(action, "action"),
+        subject=validate.name(subject, "subject"),
+        data=validate.json_object({} if data is None else data, "data"),
+    )
+    with writing(session, "cannot append to the audit log"):
+        serialize_writers(session, AuditRecord.__tablename__)
+        last = head(session)
+        row.seq = 1 if last is None else last.seq + 1
+        row.prev_hash = GENESIS if last is None else last.hash
+        row.hash = record_hash(
+            row.prev_hash,
+            seq=row.seq,
+            at_s=row.at_s,
+            actor=row.actor,
+            action=row.action,
+            subject=row.subject,
+            data=row.data,
+        )
+        session.add(row)
+    return row
+
+
+def head(session: Session) -> ChainHead | None:
+    """The last record's ``seq`` and ``hash`` (``None`` for an empty log)."""
+    query = select(AuditRecord.seq, AuditRecord.hash).order_by(AuditRecord.seq.desc()).limit(1)
+    with mapped_errors("cannot read the audit log"):
+        row = session.execute(query).first()
+    return None if row is None else ChainHead(seq=row.seq, hash=row.hash)
+
+
+def records(session: Session, *, after_seq: int = 0, limit: int = 100) -> Sequence[AuditRecord]:
+    """Up to ``limit`` records after ``after_seq``, in order."""
+    query = (
+        select(AuditRecord)
+        .where(AuditRecord.seq > after_seq)
+        .order_by(AuditRecord.seq)
+        .limit(validate.count(limit, "limit", low=1))
+    )
+    with mapped_errors("cannot read the audit log"):
+        return session.scalars(query).all()
+
+
+def verify(session: Session, *, anchor: ChainHead | None = None) -> VerifyResult:
+    """Walk the whole chain; report the first record that was edited, removed or moved."""
+    columns = (
+        AuditRecord.seq,
+        AuditRecord.at_s,
+        AuditRecord.actor,
+        AuditRecord.action,
+        AuditRecord.subject,
+        AuditRecord.data,
+        AuditRecord.prev_hash,
+        AuditRecord.hash,
+    )
+    query = select(*columns).order_by(AuditRecord.seq).execution_options(yield_per=VERIFY_BATCH)
+    with mapped_errors("cannot read the audit log"):
+        rows = session.execute(query)
+        seen, bad = _walk(rows)
+        total = seen if bad is None else _count_rest(rows, seen)
+    if bad is not None:
+        return VerifyResult(ok=False, records=total, first_bad_seq=bad[0], problem=bad[1])
+    if anchor is not None:
+        with mapped_errors("cannot read the audit log"):
+            bad = _against_anchor(session, anchor, total)
+        if bad is not None:
+            return VerifyResult(ok=False, records=total, first_bad_seq=bad[0], problem=bad[1])
+    return VerifyResult(ok=True, records=total)
+
+
+def _walk(rows: Iterable[Any]) -> tuple[int, tuple[int, str] | None]:
+    """Check rows in seq order; return how many were read and the first (seq, problem), if any."""
+    expected_seq = 1
+    prev_hash = GENESIS
+    seen = 0
+    for row in rows:
+        seen += 1
+        if row.seq != expected_seq:
+            if row.seq > expected_seq:
+                return seen, (
+                    expected_seq,
+                    f"record {expected_seq} is missing (the next record is {row.seq}): "
+                    "records were removed or renumbered",
+                )
+            return seen, (row.seq, f"seq {row.seq} is out of order (expected {expected_seq})")
+        if row.prev_hash != prev_hash:
+            before = "the genesis value" if row.seq == 1 else f"record {row.seq - 1}'s hash"
+            return seen, (
+                row.seq,
+                f"prev_hash does not match {before}: a record before it was removed, "
+                "reordered or edited",
+            )
+        computed = record_hash(
+            row.prev_hash,
+            seq=row.seq,
+            at_s=row.at_s,
+            actor=row.actor,
+            action=row.action,
+            subject=row.subject,
+            data=row.data,
+        )
+        if computed != row.hash:
+            return seen, (
+                row.seq,
+                "hash does not match the record's contents: the record was edited or moved",
+            )
+        prev_hash = row.hash
+        expected_seq += 1
+    return seen, None
+
+
+def _count_rest(rows: Iterable[Any], seen: int) -> int:
+    return seen + sum(1 for _ in rows)
+
+
+def _against_anchor(session: Session, anchor: ChainHead, total: int) -> tuple[int, str] | None:
+    if anchor.seq > total:
+        return (
+            total + 1,
+            f"the log ends at record {total} but the anchor names record {anchor.seq}: "
+            "records were removed from its end",
+        )
+    stored = session.scalar(select(AuditRecord.hash).where(AuditRecord.seq == anchor.seq))
+    if stored != anchor.hash:
+        return anchor.seq, f"record {anchor.seq}'s hash differs from the anchor's"
+    return None

@@ -1,0 +1,234 @@
+"""Opening the store, migrating it, and the one place database errors become ``StoreError``.
+
+The store is a SQLite file by default (``sqlite:///firedrill.db``: a laptop, a game day, CI) and
+PostgreSQL by URL (``postgresql://...``, reached through psycopg 3) when several people or
+processes share it. Both run the same migrations and the same services.
+
+A unit of work is ``with store.session() as session: ...``: it commits when the block ends and
+rolls back everything if it raises. Inside it, each service call writes in a savepoint
+(``writing``), so a refused write undoes only itself, earlier writes in the same unit survive and
+the session stays usable. Every SQLAlchemy or driver error crossing this boundary is re-raised as
+``StoreError`` chained ``from`` the original.
+
+SQLite notes: Python's ``sqlite3`` driver manages transactions in a way that breaks savepoints, so
+the engine turns that off and issues the ``BEGIN`` itself: ``BEGIN IMMEDIATE``, which takes the
+write lock up front. SQLite has one writer at a time anyway; taking the lock first means a second
+writer waits for it (up to ``SQLITE_BUSY_TIMEOUT_S``) instead of failing half-way when it tries to
+upgrade a read lock. Foreign keys are switched on for every connection (SQLite leaves them off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from firedrill.errors import StoreError
+
+DEFAULT_URL = "sqlite:///firedrill.db"
+MIGRATIONS = Path(__file__).with_name("migrations")
+SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another SQLite writer to finish
+PG_CONNECT_TIMEOUT_S = 10
+
+
+def parse_url(url: str) -> URL:
+    """Check a store URL; ``postgresql://`` and ``postgres://`` mean PostgreSQL through psycopg."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StoreError(f"not a database URL: {url!r}") from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "psycopg"):
+            raise StoreError(
+                "PostgreSQL is reached through psycopg: use postgresql://... or "
+                f"postgresql+psycopg://..., not {parsed.drivername}://"
+            )
+        return parsed.set(drivername="postgresql+psycopg")
+    if backend == "sqlite":
+        if driver not in ("", "pysqlite"):
+            raise StoreError(f"SQLite is reached through sqlite3: use sqlite:///FILE, not {url!r}")
+        return parsed
+    raise StoreError(
+        f"unsupported database {backend!r}: use sqlite:///FILE or postgresql://USER@HOST/DB"
+    )
+
+
+def _shown(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def reason(exc: BaseException) -> str:
+    """The first line of what the database said, without the SQL and its parameters."""
+    orig = getattr(exc, "orig", None)
+    first = str(orig if orig is not None else exc).strip().splitlines()
+    return first[0] if first else type(exc).__name__
+
+
+@contextmanager
+def mapped_errors(what: str) -> Iterator[None]:
+    """Re-raise database errors met while doing ``what`` as ``StoreError``."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{what}: {reason(exc)}") from exc
+
+
+@contextmanager
+def writing(session: Session, what: str) -> Iterator[None]:
+    """Run one service's writes in a savepoint: on any failure they are undone and nothing else.
+
+    The savepoint is flushed on the way out, so constraint violations surface here (as
+    ``StoreError``) rather than at some later commit.
+    """
+    with mapped_errors(what), session.begin_nested():
+        yield
+
+
+def serialize_writers(session: Session, table: str) -> None:
+    """Make concurrent writers of ``table`` take turns until the end of their transaction.
+
+    Needed where a row is derived from the previous one (the next incident number, the audit
+    chain's head). PostgreSQL: a table lock that conflicts with itself and with plain inserts
+    but not with readers. SQLite already has a single writer at a time.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
+
+
+def alembic_config(url: str | URL) -> Config:
+    """Alembic's configuration for this store (no ini file: the migrations ship in the package).
+
+    New revisions: ``alembic.command.revision(alembic_config(url), message, autogenerate=True)``
+    against a database migrated to head, then review the file it writes under
+    ``migrations/versions``.
+    """
+    parsed = parse_url(url) if isinstance(url, str) else url
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    # ConfigParser interpolation: a literal % in a password must be doubled
+    cfg.set_main_option(
+        "sqlalchemy.url", parsed.render_as_string(hide_password=False).replace("%", "%%")
+    )
+    return cfg
+
+
+@dataclass(frozen=True, eq=False)
+class Store:
+    """A database holding firedrill's incidents, journals, drill results and audit log."""
+
+    url: URL
+    engine: Engine
+    sessions: sessionmaker[Session]
+    name: str  # the URL as given, password hidden: for messages
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A unit of work: commits at the end of the block, rolls everything back if it raises."""
+        session = self.sessions()
+        try:
+            with mapped_errors(self.name):
+                yield session
+                session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema up to ``revision`` (the latest by default); a no-op when it is there."""
+        cfg = alembic_config(self.url)
+        try:
+            with self.engine.begin() as connection:
+                cfg.attributes["connection"] = connection
+                command.upgrade(cfg, revision)
+        except (SQLAlchemyError, CommandError) as exc:
+            raise StoreError(f"cannot migrate {self.name}: {reason(exc)}") from exc
+
+    def revision(self) -> str | None:
+        """The schema revision the database is at (``None``: never migrated)."""
+        what = f"cannot read the schema revision of {self.name}"
+        with mapped_errors(what), self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def head_revision(self) -> str:
+        """The latest schema revision this version of firedrill knows."""
+        head = ScriptDirectory.from_config(alembic_config(self.url)).get_current_head()
+        if head is None:  # pragma: no cover - the package always ships its migrations
+            raise StoreError(f"no migrations under {MIGRATIONS}")
+        return head
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_store(url: str = DEFAULT_URL, *, read_only: bool = False) -> Store:
+    """Open (lazily: nothing connects yet) the store at ``url``.
+
+    ``read_only`` is for commands that only look, such as ``audit verify``: the database refuses
+    every write, and a SQLite file that does not exist is an error instead of a new empty store.
+    """
+    parsed = parse_url(url)
+    name = _shown(parsed)
+    connect_args: dict[str, Any]
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite:
+        connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+        if read_only:
+            database = parsed.database or ""
+            if database in ("", ":memory:") or not Path(database).is_file():
+                raise StoreError(f"no store at {database or 'memory'}: nothing was written there")
+            # SQLite opens a URI filename with mode=ro read-only
+            parsed = parsed.set(
+                database=Path(database).absolute().as_uri(), query={"mode": "ro", "uri": "true"}
+            )
+    else:
+        connect_args = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+        if read_only:
+            connect_args["options"] = "-c default_transaction_read_only=on"
+    try:
+        engine = create_engine(parsed, connect_args=connect_args)
+    except (SQLAlchemyError, ImportError) as exc:
+        raise StoreError(f"cannot open {_shown(parsed)}: {reason(exc)}") from exc
+    if sqlite:
+        _sqlite_transactions(engine, begin="BEGIN" if read_only else "BEGIN IMMEDIATE")
+    sessions = sessionmaker(engine, expire_on_commit=False)
+    return Store(url=parsed, engine=engine, sessions=sessions, name=name)
+
+
+def _sqlite_transactions(engine: Engine, *, begin: str) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN: savepoints work
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql(begin)
