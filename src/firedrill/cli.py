@@ -64,6 +64,20 @@ class SeriesFormat(StrEnum):
     none = "none"
 
 
+def _progress(verb: str, *, quiet: bool) -> Progress:
+    """The progress bar every long command shows on stderr (simulated time done)."""
+    return Progress(
+        TextColumn(f"[bold]{verb}[/] {{task.description}}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    )
+
+
 def _fail(exc: FiredrillError) -> typer.Exit:
     err.print(f"[bold red]error:[/] {exc}")
     return typer.Exit(EXIT_SPEC)
@@ -157,16 +171,7 @@ def twin_run(
     out.mkdir(parents=True, exist_ok=True)
     total_s = hours * 3600.0
     wall0 = time.perf_counter()
-    with Progress(
-        TextColumn("[bold]twin[/] {task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>5.1f}%"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=quiet,
-        transient=True,
-    ) as progress:
+    with _progress("twin", quiet=quiet) as progress:
         task = progress.add_task(f"{spec.name} {hours:g} h", total=total_s)
         twin = run_twin(
             spec,
@@ -446,16 +451,7 @@ def alerting_compare(
         raise _fail(exc) from exc
     plan = plan_incidents(seed, obj, cell=cell, period_s=slo_spec.period_s)
     twin = Twin(spec, seed, record=True, hours_hint=plan.horizon_s / 3600.0)
-    with Progress(
-        TextColumn("[bold]compare[/] {task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>5.1f}%"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=quiet,
-        transient=True,
-    ) as progress:
+    with _progress("compare", quiet=quiet) as progress:
         task = progress.add_task(f"{obj.name} on {cell}", total=plan.horizon_s)
         result = compare(
             twin, plan, slo_spec, obj, progress=lambda t: progress.update(task, completed=t)
@@ -488,15 +484,7 @@ def respond(
         digest = spec_sha256(scenario)
     except SpecError as exc:
         raise _fail(exc) from exc
-    with Progress(
-        TextColumn("[bold]respond[/] {task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>5.1f}%"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=quiet,
-        transient=True,
-    ) as progress:
+    with _progress("respond", quiet=quiet) as progress:
         task = progress.add_task(spec.name, total=spec.duration_s)
         run = run_scenario(
             spec, fleet, slo, policy, progress=lambda t: progress.update(task, completed=t)
