@@ -180,7 +180,7 @@ class Twin:
         self._register_series()
         if record:
             self._scrape()  # t = 0: what Prometheus sees before anything happens
-            self._next_scrape = spec.scrape_interval_s
+        self._next_scrape = spec.scrape_interval_s
 
     # ------------------------------------------------------------------------------------------
     # construction
@@ -613,8 +613,11 @@ class Twin:
             self._fault(ev)
         if self.spec.training:
             self.training.step()
-        if self.record and self.t >= self._next_scrape - 1e-9:
-            self._scrape()
+        if self.t >= self._next_scrape - 1e-9:
+            if self.record:
+                self._scrape()
+            else:
+                self.flush_ttft()  # same binning cadence with or without recorded series
             self._next_scrape += self.spec.scrape_interval_s
 
     def run_for(self, seconds: float) -> None:
