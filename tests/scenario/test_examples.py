@@ -74,3 +74,32 @@ def test_a_malformed_scenario_names_the_line(tmp_path: Path) -> None:
     assert result.exit_code == 4
     assert "s.yaml:7" in result.output
     assert "InjectWarpCore" in result.output
+
+
+def test_a_storm_of_node_alerts_in_a_cell_is_one_incident(tmp_path: Path) -> None:
+    data = _run(Path("examples/scenarios/exporter-upgrade-storm.yaml"), tmp_path)
+    incidents = data["incidents"]
+    assert isinstance(incidents, list)
+    cells = [i["cell"] for i in incidents]
+    assert cells.count("use1-a") == 1
+    (inc,) = [i for i in incidents if i["cell"] == "use1-a"]
+    assert inc["alerts"] > 20  # every node alert and the budget page joined it
+    for key in ("id", "sev", "axes", "sev_history", "suspects", "levers", "opened_at_s"):
+        assert key in inc
+    assert {"ttd_s", "ttm_s", "ttr_s", "gpu_hours_lost", "requests_failed", "action_items"} <= set(
+        inc["postmortem"]
+    )
+    assert inc["suspects"][0]["stream"] == "node_layer"  # the exporter upgrade, 1 min before
+    assert any(
+        lv["kind"] == "node_quarantine" and lv["status"] == "applied" for lv in inc["levers"]
+    )
+    assert inc["postmortem"]["action_items"][0]["kind"] == "automation_guardrail"
+
+
+def test_a_hung_training_run_is_rated_on_gpu_hours(tmp_path: Path) -> None:
+    data = _run(Path("examples/scenarios/training-hang-512.yaml"), tmp_path)
+    (inc,) = data["incidents"]  # type: ignore[misc]
+    assert inc["deciding_axis"] == "gpu_hours"
+    assert inc["sev"] == "SEV3"  # 4,096 GPUs x $2 = $8,192/h, no user affected
+    assert inc["postmortem"]["gpu_hours_lost"] > 0
+    assert any(lv["kind"] == "jobset_suspend" for lv in inc["levers"])

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from firedrill.detect.monitor import event_dict
+from firedrill.scenario.command import command
 from firedrill.scenario.expect import CheckResult
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) ->
             "chains": [c.to_json() for c in run.chains],
         },
         "training": run.extra.get("training", {}),
+        "incidents": command(run),
         "changes": [asdict(c) for c in twin.changes(since_s=0.0)],
         "expectations": [asdict(c) for c in checks],
         "passed": all(c.passed for c in checks),

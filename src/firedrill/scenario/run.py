@@ -127,6 +127,7 @@ def run_scenario(
                     cell=sp.cell,
                     region=sp.region,
                     jobset=sp.jobset,
+                    gpus=str(sp.gpus),
                 )
                 run.alerts.append(
                     AlertEvent(sp.at_s, sp.alertname, "firing", labels, sp.usd_per_hour)

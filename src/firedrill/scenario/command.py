@@ -1,0 +1,210 @@
+"""Incident command over a scenario run: incidents, suspects, levers, postmortem facts.
+
+The notifications of a run open incidents (one per cell group; tripwires their own); for each,
+the changes of the last six hours are ranked as suspects against the incident's symptom, the
+first lever of the top suspect is proposed (advise mode: nothing is applied here), the
+remediation the controller and the training runbook already did in the incident's cell is
+journaled as applied automation, and the postmortem's timings are measured from the run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from firedrill.model.series import Labels
+from firedrill.respond.incidents import Incident, IncidentBook, impact_of
+from firedrill.respond.severity import assess
+from firedrill.respond.suspects import Symptom, SymptomKind, rank, recommend
+
+if TYPE_CHECKING:
+    from firedrill.scenario.run import ScenarioRun
+
+WINDOW_S = 6 * 3600.0
+# The lever a top suspect's stream points to (the reference's rollback order).
+STREAM_LEVER = {
+    "demand": ("route_weight", "cell"),
+    "bundle": ("bundle_revert", "fleet"),
+    "weights": ("rollout_abort", "model"),
+    "serving_image": ("rollout_abort", "model"),
+    "node_layer": ("driver_rollback", "cell"),
+    "network_policy": ("kill_switch", "tenant"),
+}
+AUTOMATION_LEVER = {
+    "quarantine": "node_quarantine",
+    "eject": "pod_quarantine",
+}
+
+
+def _name(labels: Labels) -> str:
+    return next((v for k, v in labels if k == "alertname"), "")
+
+
+def symptom_kind(alerts: list[Labels]) -> SymptomKind:
+    names = [_name(a) for a in alerts]
+    if any(_severity(a) == "security" for a in alerts):
+        return "egress"
+    if any("TTFT" in n or "Goodput" in n or n == "PodTTFTHigh" for n in names):
+        return "ttft"
+    if any("Availability" in n for n in names):
+        return "availability"
+    if any(n in ("KVCacheHigh", "VllmPreemptions") for n in names):
+        return "kv_oom"
+    return "xid"
+
+
+def _severity(labels: Labels) -> str:
+    return next((v for k, v in labels if k == "severity"), "")
+
+
+def command(run: ScenarioRun) -> list[dict[str, Any]]:
+    """Open incidents from the run's notifications and describe each as the JSON contract has it."""
+    book = IncidentBook()
+    for n in sorted(run.notifications, key=lambda n: n.at_s):
+        book.ingest(n)
+    return [_report(run, inc) for inc in book.incidents]
+
+
+def _start_s(run: ScenarioRun, inc: Incident) -> float:
+    """When the trouble began: the last timeline operation before the incident opened."""
+    before = [at for at, _, _ in run.applied if at <= inc.opened_at_s]
+    return max(before) if before else inc.opened_at_s
+
+
+def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
+    twin = run.twin
+    kind = symptom_kind(inc.alerts)
+    symptom = Symptom(kind, inc.opened_at_s, inc.cell, inc.region)
+    changes = twin.changes(since_s=max(0.0, inc.opened_at_s - WINDOW_S))
+    suspects = rank(changes, symptom)[:5] if inc.kind != "security" else []
+    advice = recommend(suspects, symptom) if suspects else ""
+    levers: list[dict[str, Any]] = []
+    causes = [s for s in suspects if s.before_onset]
+    if causes:
+        lever, scope = STREAM_LEVER.get(causes[0].stream, ("route_weight", "cell"))
+        levers.append(
+            {
+                "kind": lever,
+                "scope": scope,
+                "at_s": inc.opened_at_s,
+                "status": "proposed",
+                "reason": advice,
+                "approvers": [],
+            }
+        )
+    acted = [
+        a
+        for a in run.controller.state.actions
+        if a.cell == inc.cell and a.at_s >= inc.opened_at_s - 300 and a.action in AUTOMATION_LEVER
+    ]
+    for a in acted:
+        levers.append(
+            {
+                "kind": AUTOMATION_LEVER[a.action],
+                "scope": "cell",
+                "at_s": a.at_s,
+                "status": "proposed" if a.dry_run else "applied",
+                "reason": f"remediation controller: {a.reason} on {a.node}",
+                "approvers": ["automation"],
+            }
+        )
+    blocked = [b for b in run.controller.state.blocked if b.cell == inc.cell]
+    training = [
+        t
+        for js, t in run.extra.get("training", {}).items()
+        if "suspended_at_s" in t and twin.training.jobset(js).cell == inc.cell
+    ]
+    for t in training:
+        levers.append(
+            {
+                "kind": "jobset_suspend",
+                "scope": "cell",
+                "at_s": t["suspended_at_s"],
+                "status": "applied",
+                "reason": f"hang runbook: rank {t['rank']} on {t['node']} excluded",
+                "approvers": ["automation"],
+            }
+        )
+    applied = sorted(lv["at_s"] for lv in levers if lv["status"] == "applied")
+    mitigated = applied[0] if applied else None
+    resolved = next((e.at_s for e in inc.timeline if e.kind == "resolved"), None)
+    if resolved is None and not inc.firing:
+        resolved = max((e.at_s for e in inc.timeline), default=None)
+    start = _start_s(run, inc)
+    assessment = assess(impact_of(inc.alerts))
+    items: list[dict[str, str]] = []
+    if blocked:
+        items.append(
+            {
+                "kind": "automation_guardrail",
+                "text": f"review the {blocked[0].budget} budget that held remediation "
+                f"in {inc.cell} ({len(blocked)} actions not taken)",
+            }
+        )
+    if kind == "ttft" and causes and causes[0].stream == "demand":
+        items.append(
+            {"kind": "game_day_scenario", "text": "drill the drain: headroom incl. cold cache"}
+        )
+    if not items:
+        items.append(
+            {"kind": "runbook_step", "text": f"record the first lever for {kind} in {inc.cell}"}
+        )
+    return {
+        "id": inc.id,
+        "kind": inc.kind,
+        "cell": inc.cell,
+        "region": inc.region,
+        "title": inc.title,
+        "sev": str(inc.sev),
+        "axes": {
+            axis: {"level": str(r.level), "value": r.value, "reason": r.reason}
+            for axis, r in assessment.axes.items()
+        },
+        "deciding_axis": assessment.deciding_axis,
+        "sev_history": [_history(h) for h in inc.severity.history],
+        "alerts": len(inc.alerts),
+        "suspects": [
+            {
+                "stream": s.stream,
+                "change": f"{s.change.subject}: {s.change.before} -> {s.change.after}",
+                "cell": s.change.cell,
+                "at_s": s.at_s,
+                "score": round(s.score, 4),
+                "evidence": s.evidence,
+            }
+            for s in suspects
+        ],
+        "recommendation": advice,
+        "levers": levers,
+        "opened_at_s": inc.opened_at_s,
+        "mitigated_at_s": mitigated,
+        "resolved_at_s": resolved,
+        "postmortem": {
+            "ttd_s": inc.opened_at_s - start,
+            "ttm_s": None if mitigated is None else mitigated - start,
+            "ttr_s": None if resolved is None else resolved - start,
+            "gpu_hours_lost": sum(float(t.get("gpu_hours_lost", 0.0)) for t in training),
+            "requests_failed": _requests_failed(run, inc, start),
+            "action_items": items,
+        },
+    }
+
+
+def _history(h: Any) -> dict[str, Any]:
+    return {
+        "at_s": h.at_s,
+        "sev": str(h.sev),
+        "axis": h.axis,
+        "reason": h.reason,
+        "applied": h.applied,
+    }
+
+
+def _requests_failed(run: ScenarioRun, inc: Incident, start: float) -> int:
+    """5xx in the incident's cell from the start of trouble to the end of the run."""
+    total = 0.0
+    for s in run.twin.query(
+        "http_requests_total", {"cell": inc.cell, "status": "5xx"}, start_s=start, end_s=run.twin.t
+    ):
+        if s.values.size:
+            total += float(s.values[-1] - s.values[0])
+    return int(total)
