@@ -18,8 +18,6 @@ labels Prometheus gives the alert: those of the long-window recording rule (``sl
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -27,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from firedrill.detect.evaluator import AlertEvent, BurnRateEvaluator
 from firedrill.detect.rules import alert_name, generate
@@ -46,17 +43,15 @@ from firedrill.specfile import load_fleet, load_spec
 from firedrill.twin.engine import Twin
 from firedrill.twin.exposition import (
     promtool_duration,
-    promtool_test_file,
     to_promtool_input_series,
 )
+from tests.detect.promtool import assert_promtool_agrees
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED = 7
 INTERVAL_S = 15.0  # scrape = evaluation interval: fleet spec, SLO spec and promtool alike
 HOUR_S = 3600.0
 SWEEP_S = 600.0  # every burn alert is also checked this often, firing or not
-PROMTOOL_TIMEOUT_S = 300
-INSTALL_HINT = "install the Debian package prometheus (`make tools`)"
 
 # One model's objectives, one per SLI kind.
 OBJECTIVES = ("chat-ttft", "chat-availability", "chat-goodput")
@@ -224,44 +219,14 @@ def alert_rule_tests(run: Run, rules: Mapping[str, AlertRule]) -> list[dict[str,
 # --- promtool -----------------------------------------------------------------------------------
 
 
-def promtool_binary() -> str:
-    found = shutil.which("promtool")
-    if not found:
-        pytest.fail(f"promtool not found on PATH; {INSTALL_HINT}", pytrace=False)
-    return found
-
-
 def promtool_agrees(run: Run, directory: Path) -> list[dict[str, Any]]:
     """Write the rule file and the test, run ``promtool test rules``; return the checks made."""
     rule_file = generate(run.spec).rule_file()
     tests = alert_rule_tests(run, burn_alert_rules(rule_file))
-    (directory / "rules.yml").write_text(yaml.safe_dump(rule_file, sort_keys=False, width=1000))
     series = to_promtool_input_series(
         run.series, interval_s=INTERVAL_S, start_s=0.0, end_s=run.end_s
     )
-    test_file = directory / "test.yml"
-    test_file.write_text(
-        promtool_test_file(
-            series,
-            rule_files=["rules.yml"],
-            interval_s=INTERVAL_S,
-            alert_rule_tests=tests,
-            evaluation_interval_s=INTERVAL_S,
-        )
-    )
-    result = subprocess.run(
-        [promtool_binary(), "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        timeout=PROMTOOL_TIMEOUT_S,
-        check=False,
-    )
-    # promtool pads its report with blank lines
-    output = "\n".join(
-        line for line in (result.stdout + result.stderr).splitlines() if line.strip()
-    )
-    assert result.returncode == 0, f"promtool disagrees with the evaluator:\n{output}"
-    assert "SUCCESS" in output, output
+    assert_promtool_agrees(directory, rule_file, series, tests, interval_s=INTERVAL_S)
     return tests
 
 
