@@ -35,13 +35,9 @@ AUTOMATION_LEVER = {
 }
 
 
-def _name(labels: Labels) -> str:
-    return next((v for k, v in labels if k == "alertname"), "")
-
-
 def symptom_kind(alerts: list[Labels]) -> SymptomKind:
-    names = [_name(a) for a in alerts]
-    if any(_severity(a) == "security" for a in alerts):
+    names = [dict(a).get("alertname", "") for a in alerts]
+    if any(dict(a).get("severity") == "security" for a in alerts):
         return "egress"
     if any("TTFT" in n or "Goodput" in n or n == "PodTTFTHigh" for n in names):
         return "ttft"
@@ -50,10 +46,6 @@ def symptom_kind(alerts: list[Labels]) -> SymptomKind:
     if any(n in ("KVCacheHigh", "VllmPreemptions") for n in names):
         return "kv_oom"
     return "xid"
-
-
-def _severity(labels: Labels) -> str:
-    return next((v for k, v in labels if k == "severity"), "")
 
 
 def command(run: ScenarioRun) -> list[dict[str, Any]]:
