@@ -50,6 +50,7 @@ NAMING = {
 NAME_LEN = 200  # people, cells, regions, scopes, kinds: short names, checked by the services
 ENUM_LEN = 32
 HASH_LEN = 64  # hex SHA-256
+ISO_TIME_LEN = 40  # wall-clock time as ISO 8601 text, e.g. 2025-12-02T21:37:25.191257+00:00
 
 
 class IncidentStatus(StrEnum):
@@ -289,11 +290,15 @@ class DrillResult(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
     rung: Mapped[int] = mapped_column(Integer)
-    model: Mapped[str] = mapped_column(String(NAME_LEN))
+    model: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
     verdict: Mapped[Verdict] = mapped_column(EnumText(Verdict))
     run_by: Mapped[str] = mapped_column(String(NAME_LEN))
     at_s: Mapped[float] = mapped_column(Float)
     report: Mapped[JsonObject] = mapped_column(JSON)
+    # the ladder (revision 0002): rotation warnings, recorded overrides, "N days ago"
+    runbook_author: Mapped[str | None] = mapped_column(String(NAME_LEN), nullable=True)
+    override_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[str | None] = mapped_column(String(ISO_TIME_LEN), nullable=True)
 
 
 class AuditRecord(Base):
