@@ -27,6 +27,7 @@ from firedrill.respond.guards import (
     UnsafeKind,
     UnsafeRequest,
     check_approvals,
+    check_sev1,
     drain_headroom,
     paused_pools,
     refuse_unsafe,
@@ -35,8 +36,11 @@ from firedrill.respond.guards import (
 from firedrill.respond.levers import (
     CATALOGUE,
     ROLLBACK_ORDER,
+    CompensationParams,
+    ContentParams,
     DigestParams,
     DriverParams,
+    FreezeParams,
     KillSwitchParams,
     Lever,
     LeverJournalEntry,
@@ -48,6 +52,8 @@ from firedrill.respond.levers import (
     QueueHoldParams,
     RouteWeightParams,
     ServingConfigParams,
+    SplitParams,
+    WarmPoolParams,
     drain_check,
     operations,
     pull,
@@ -58,6 +64,7 @@ from firedrill.respond.levers import (
     scope_of,
     undo,
 )
+from firedrill.respond.severity import Sev
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
 
@@ -452,10 +459,19 @@ def test_the_owner_must_be_among_the_approvers() -> None:
 def test_fleet_wide_kill_switch_needs_the_ic_and_security() -> None:
     twin = fresh()
     lever = Lever("kill_switch", "*")
-    two_people = pull(lever, twin, approvers=[SEC, OPS], at_s=0, reason="exfil")
+    sev1 = (check_sev1(Sev.SEV1, "deny-all"),)
+    two_people = pull(lever, twin, approvers=[SEC, OPS], at_s=0, reason="exfil", checks=sev1)
     assert two_people.status == "refused"
     assert "incident_commander" in two_people.reason
-    applied = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="exfil")
+    unchecked = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="exfil")
+    assert unchecked.status == "refused"
+    assert "needs the sev1 guard" in unchecked.reason
+    sev2_check = (check_sev1(Sev.SEV2, "deny-all"),)
+    sev2 = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="exfil", checks=sev2_check)
+    assert sev2.status == "refused"
+    assert "SEV1 lever" in sev2.reason
+    assert DENY_ALL_FLAG not in twin.flags
+    applied = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="exfil", checks=sev1)
     assert applied.status == "applied"
     assert twin.flags[DENY_ALL_FLAG] == "true"
 
@@ -776,6 +792,15 @@ PARAMS: dict[LeverKind, st.SearchStrategy[LeverParams]] = {
         ModelsParams, st.lists(NAMES(["llm-70b", "llm-8b"]), max_size=2, unique=True).map(tuple)
     ),
     "cell_quarantine": st.just(NoParams()),
+    "pd_rebalance": st.builds(
+        SplitParams, NAMES(["llm-70b", "llm-9t"]), NAMES([0.0, 0.3, 0.6, 1.0])
+    ),
+    "warm_pool": st.builds(WarmPoolParams, st.integers(-1, 60)),
+    "content_block": st.builds(ContentParams, NAMES(["sha256:" + "cc" * 32, ""])),
+    "promotion_freeze": st.builds(
+        FreezeParams, st.lists(NAMES(["bundle", "toolset"]), max_size=2).map(tuple)
+    ),
+    "compensation": st.builds(CompensationParams, st.floats(-1.0, 600.0)),
 }
 TARGETS: dict[LeverKind, list[str]] = {
     "kill_switch": ["acme", "globex", "*"],
@@ -791,6 +816,11 @@ TARGETS: dict[LeverKind, list[str]] = {
     "digest_rollback": ["llm-70b", "llm-8b"],
     "cell_drain": list(CELLS),
     "cell_quarantine": list(CELLS),
+    "pd_rebalance": list(CELLS),
+    "warm_pool": ["acme", "globex", "nope"],
+    "content_block": ["acme", "globex"],
+    "promotion_freeze": ["chat", "code", "nope"],
+    "compensation": ["acme", "nope"],
 }
 LEVERS = st.one_of(
     *(

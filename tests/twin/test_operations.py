@@ -20,6 +20,7 @@ from firedrill.model.spec import FleetSpec
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import READY, Twin
 from firedrill.twin.faults import FaultEvent
+from tests.twin import sandbox_ops
 
 FLEET_YAML = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 SEED = 7
@@ -80,6 +81,10 @@ def observable(twin: Twin) -> dict[str, object]:
         "slowdown": {r.pod: r.slowdown for r in twin.replicas if r.slowdown != 1.0},
         "slow_sum": twin.slow_sum.tolist(),
         "bad_exporter_nodes": twin.faults.bad_nodes.tolist(),
+        "weights_quality": dict(twin.golden.overrides),
+        "request_shape": (twin.shape.prompt_mu.tolist(), twin.shape.output_mean.tolist()),
+        "sandbox": twin.sandbox.observable(),
+        "recovery": twin.recovery.state(),
     }
 
 
@@ -221,6 +226,43 @@ ROUND_TRIPS: list[tuple[str, tuple[ops.Operation, ...], ops.Operation]] = [
     ("serving-config", (), ops.SetServingConfig("llm-70b", BUNDLE, 2048, 0.85)),
     ("node-version", (), ops.SetNodeVersion(SERVE, "dcgm_exporter", PHANTOM_EXPORTER)),
     ("node-version-driver", (), ops.SetNodeVersion(TRAIN, "driver", "560.35.03")),
+    # quality and request shape (the prefill/decode split: tests/twin/test_disagg.py)
+    ("weights-quality", (), ops.SetWeightsQuality("llm-70b", NEW_70B, 0.5)),
+    (
+        "weights-quality-clear",
+        (ops.SetWeightsQuality("llm-70b", OLD_70B, 0.5),),
+        ops.SetWeightsQuality("llm-70b", OLD_70B, None),
+    ),
+    ("request-shape", (), ops.SetRequestShape("llm-8b", 2000.0, 400.0)),
+    *sandbox_ops.ROUND_TRIPS,  # agent sandboxes: injections, warm pools, freezes, blocks
+    # recovery: competing pullers, recycling, admission mode, region weight, mirroring
+    ("start-pullers", (), ops.StartPullers("eval-sweep", "us-west-2", 24, 140.0, "eval")),
+    (
+        "restart-pullers",
+        (ops.StartPullers("eval-sweep", "us-west-2", 24, 140.0, "eval"),),
+        ops.StartPullers("eval-sweep", "us-west-2", 8, 16.0, "batch", critical=True),
+    ),
+    (
+        "stop-pullers",
+        (ops.StartPullers("eval-sweep", "us-west-2", 24, 140.0, "eval"),),
+        ops.StopPullers("eval-sweep"),
+    ),
+    ("freeze-pullers", (), ops.FreezePullers("us-west-2", True)),
+    (
+        "thaw-pullers",
+        (ops.FreezePullers("us-west-2", True),),
+        ops.FreezePullers("us-west-2", False),
+    ),
+    ("recycle-pool", (), ops.RecyclePool("use1-a", "llm-70b", 30.0, 10.0)),
+    ("recycle-node-pool", (), ops.RecyclePool("use1-b", "h100-serve-8b", 50.0, 25.0)),
+    (
+        "stop-recycle",
+        (ops.RecyclePool("use1-a", "llm-70b", 30.0, 10.0),),
+        ops.StopRecycle("use1-a", "llm-70b"),
+    ),
+    ("admission-audit", (), ops.SetAdmission("eu-west-1", "Audit")),
+    ("region-weight", (), ops.SetRegionWeight("llm-70b", "us-east-1", 10)),
+    ("mirror-traffic", (), ops.MirrorTraffic("llm-70b", "us-east-1", 100)),
 ]
 
 
@@ -353,6 +395,17 @@ UNKNOWN_TARGETS: list[ops.Operation] = [
     ops.ClearThermal(SERVE, 8),
     ops.SetServingConfig("llm-1t", BUNDLE, 256, 0.9),
     ops.SetNodeVersion("gpu-nowhere-0000", "driver", "1"),
+    *sandbox_ops.UNKNOWN_TARGETS,
+    ops.StartPullers("eval", "mars-1", 4, 10.0),
+    ops.FreezePullers("mars-1", True),
+    ops.RecyclePool("mars-a", "llm-70b", 30.0),
+    ops.RecyclePool("use1-a", "llm-1t", 30.0),
+    ops.RecyclePool("use1-a", "h100-train", 30.0),  # a node pool of use1-c, not of use1-a
+    ops.StopRecycle("mars-a", "llm-70b"),
+    ops.SetAdmission("mars-1", "Enforce"),
+    ops.SetRegionWeight("llm-1t", "us-east-1", 10),
+    ops.SetRegionWeight("llm-70b", "mars-1", 10),
+    ops.MirrorTraffic("llm-70b", "mars-1", 100),
 ]
 
 
@@ -380,6 +433,14 @@ INVALID_VALUES: list[ops.Operation] = [
     ops.SetServingConfig("llm-70b", BUNDLE, 256, 1.5),
     ops.SetServingConfig("llm-70b", BUNDLE, 0, 0.9),
     ops.SetServingConfig("llm-70b", BUNDLE, 5000, 0.9),
+    *sandbox_ops.INVALID_VALUES,
+    ops.StartPullers("eval", "us-west-2", 0, 10.0),
+    ops.StartPullers("eval", "us-west-2", 4, 0.0),
+    ops.StartPullers("eval", "us-west-2", 100_000, 10.0),
+    ops.RecyclePool("use1-a", "llm-70b", 0.0),
+    ops.RecyclePool("use1-a", "llm-70b", 30.0, 150.0),
+    ops.SetRegionWeight("llm-70b", "us-east-1", 101),
+    ops.MirrorTraffic("llm-70b", "us-east-1", -1),
 ]
 
 
@@ -725,6 +786,37 @@ LEVERS: st.SearchStrategy[ops.Operation] = st.one_of(
     _cut.map(lambda k: ops.Heal(*k)),
     st.builds(ops.DenyCapacity, _region),
     st.builds(ops.AllowCapacity, _region),
+    st.builds(
+        lambda md, q: ops.SetWeightsQuality(*md, q),
+        st.sampled_from([("llm-70b", OLD_70B), ("llm-70b", NEW_70B), ("llm-8b", OLD_8B)]),
+        st.none() | st.sampled_from([0.5, 0.97]),
+    ),
+    st.builds(
+        ops.SetRequestShape, _model, st.sampled_from([300.0, 2000.0]), st.sampled_from([80.0])
+    ),
+    sandbox_ops.LEVERS,
+    st.builds(
+        ops.StartPullers,
+        st.sampled_from(("eval-sweep", "batch-embed")),
+        _region,
+        st.integers(1, 30),
+        st.sampled_from((16.0, 140.0)),
+        st.sampled_from(("batch", "eval", "scale_out")),
+        st.booleans(),
+    ),
+    st.builds(ops.StopPullers, st.sampled_from(("eval-sweep", "batch-embed"))),
+    st.builds(ops.FreezePullers, _region, st.booleans()),
+    st.builds(
+        ops.RecyclePool,
+        _cell,
+        st.sampled_from((*MODELS, "h100-serve")),
+        st.sampled_from((10.0, 30.0, 100.0)),
+        st.sampled_from((10.0, 25.0)),
+    ),
+    st.builds(ops.StopRecycle, _cell, st.sampled_from((*MODELS, "h100-serve"))),
+    st.builds(ops.SetAdmission, _region, st.sampled_from(("Enforce", "Audit", "Ignore"))),
+    st.builds(ops.SetRegionWeight, _model, _region, st.sampled_from((0, 10, 40, 100))),
+    st.builds(ops.MirrorTraffic, _model, _region, st.sampled_from((0, 50, 100))),
 )
 
 

@@ -15,10 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from firedrill.detect.disagg import pd_group
+from firedrill.detect.quality import quality_group
 from firedrill.detect.slo import SLI_TITLES, BurnTier, Objective, SloSpec, duration_s
 
 FATAL_XIDS = (48, 62, 64, 79, 95, 119, 120, 140)
 APP_XIDS = (13, 31, 43)
+# Denied connections to base64-looking subdomains per tenant and cell in 5 m that page security:
+# a sandbox never needs one, a few are a typo or a CDN, a spike is data leaving as DNS names.
+EXFIL_DENIALS_PER_5M = 10
 
 
 def _le(threshold_s: float) -> str:
@@ -369,6 +374,31 @@ def security_group(spec: SloSpec) -> dict[str, Any]:
                 "labels": sec,
                 "annotations": {"summary": "{{ $labels.principal }} read models/*"},
             },
+            {
+                "alert": "WriteToolWithoutApproval",
+                "expr": (
+                    "sum by (cell, region, tenant) (increase(firedrill_toolgw_calls_total"
+                    '{side_effect="write", approved="false"}[5m])) > 0'
+                ),
+                "labels": sec,
+                "annotations": {
+                    "summary": "A write-class tool was called without approval for "
+                    "{{ $labels.tenant }}"
+                },
+            },
+            {
+                "alert": "EgressExfilPattern",
+                "expr": (
+                    "sum by (cell, region, tenant) (increase(firedrill_sandbox_connections_total"
+                    '{dest_class="base64-subdomain", decision="deny"}[5m])) '
+                    f"> {EXFIL_DENIALS_PER_5M}"
+                ),
+                "labels": sec,
+                "annotations": {
+                    "summary": "Egress proxy denials to base64-looking subdomains from "
+                    "{{ $labels.tenant }}'s sandboxes: data leaving as DNS names"
+                },
+            },
         ],
     }
 
@@ -398,6 +428,8 @@ class RuleSet:
 def generate(spec: SloSpec) -> RuleSet:
     groups = [slo_group(spec, o) for o in spec.objectives]
     groups += [cause_group(spec), guardrail_group(spec), security_group(spec)]
+    groups.append(quality_group(spec.quality, spec.evaluation_interval))
+    groups.append(pd_group(spec.prefill_decode, spec.evaluation_interval))
     return RuleSet(groups)
 
 

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from firedrill.detect.alertmanager import RoutingSpec
+from firedrill.detect.disagg import PdImbalanceAlerting
+from firedrill.detect.quality import QualityAlerting
 from firedrill.model.spec import NAME_RE, VLLM_TTFT_BUCKETS_S
 
 Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w)$")]
@@ -114,6 +116,8 @@ class SloSpec(_Strict):
     tiers: list[BurnTier] = Field(default_factory=_default_tiers)
     causes: CauseThresholds = CauseThresholds()
     guardrails: Guardrails = Guardrails()
+    quality: QualityAlerting = QualityAlerting()  # golden-set ModelQualityBurn per digest
+    prefill_decode: PdImbalanceAlerting = PdImbalanceAlerting()  # PrefillDecodeImbalance
     routing: RoutingSpec = RoutingSpec()
 
     @field_validator("objectives")

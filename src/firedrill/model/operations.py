@@ -10,6 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from firedrill.model import sandbox as _sandbox
+
+# The agent sandbox operations live in firedrill.model.sandbox; re-exported here.
+BlockContentHash = _sandbox.BlockContentHash
+ClearExfiltration = _sandbox.ClearExfiltration
+ClearPromptInjection = _sandbox.ClearPromptInjection
+FreezePromotions = _sandbox.FreezePromotions
+InjectExfiltration = _sandbox.InjectExfiltration
+InjectPromptInjection = _sandbox.InjectPromptInjection
+PromoteToolset = _sandbox.PromoteToolset
+RunCompensations = _sandbox.RunCompensations
+SandboxOperation = _sandbox.SandboxOperation
+SetWarmPool = _sandbox.SetWarmPool
+UnblockContentHash = _sandbox.UnblockContentHash
+UnfreezePromotions = _sandbox.UnfreezePromotions
+
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 WorkloadClass = Literal["inference", "training"]
 
@@ -310,6 +326,14 @@ class RunBurnIn:
 
 
 @dataclass(frozen=True)
+class KillPod:
+    """Chaos Mesh pod-kill: a serving replica's process dies (its in-flight requests fail) and
+    its controller restarts it on the same node, from the weights on local disk."""
+
+    pod: str
+
+
+@dataclass(frozen=True)
 class EjectReplica:
     """Take one replica out of routing (a straggler); it stays on its node for evidence."""
 
@@ -365,6 +389,120 @@ class ClearTrainingFault:
 
 
 @dataclass(frozen=True)
+class SetWeightsQuality:
+    """A weights digest's true golden-set pass rate (a fast-and-wrong digest has a low one).
+
+    A digest the fleet has not seen is published first: signed and attested (it passed the
+    supply chain, it is wrong all the same) and replicated from the root regions like a
+    promotion, so a canary can use it. ``quality`` None goes back to the default of the digest.
+    """
+
+    model: str
+    digest: str
+    quality: float | None
+
+
+@dataclass(frozen=True)
+class SetPrefillDecodeSplit:
+    """A disaggregated pool's share of replicas that prefill (the rest decode)."""
+
+    model: str
+    cell: str
+    prefill_share: float
+
+
+@dataclass(frozen=True)
+class SetRequestShape:
+    """The model's requests change shape (a tenant starts sending long documents).
+
+    ``prompt_median`` tokens (lognormal, the product's sigma) and ``output_mean`` tokens.
+    """
+
+    model: str
+    prompt_median: float
+    output_mean: float
+
+
+PullerKind = Literal["batch", "eval", "scale_out"]
+AdmissionMode = Literal["Enforce", "Audit", "Ignore"]
+
+
+@dataclass(frozen=True)
+class StartPullers:
+    """Competing pullers: ``nodes`` nodes of a region each pull ``gbytes`` GB of weights from the
+    region's registry (an eval sweep, a batch job, a non-critical scale-out), sharing the origin
+    and the node NICs with serving hydrate. A critical group is never frozen."""
+
+    name: str
+    region: str
+    nodes: int
+    gbytes: float
+    kind: PullerKind = "batch"
+    critical: bool = False
+
+
+@dataclass(frozen=True)
+class StopPullers:
+    name: str
+
+
+@dataclass(frozen=True)
+class FreezePullers:
+    """Pause (``frozen``) or resume a region's non-critical competing pullers."""
+
+    region: str
+    frozen: bool
+
+
+@dataclass(frozen=True)
+class RecyclePool:
+    """Recycle ``percent`` % of a model's ready replicas in a cell (their nodes come back with an
+    empty weights cache, so they re-hydrate), at most ``max_surge`` % of the pool at a time.
+    ``pool`` is the model (the Deployment) or a node pool of the cell."""
+
+    cell: str
+    pool: str
+    percent: float
+    max_surge: float = 10.0
+
+
+@dataclass(frozen=True)
+class StopRecycle:
+    """Stop recycling further replicas of a pool (the ones already recycled stay recycled)."""
+
+    cell: str
+    pool: str
+
+
+@dataclass(frozen=True)
+class SetAdmission:
+    """The admission policy's mode in a region (Kyverno validationFailureAction / failurePolicy)."""
+
+    region: str
+    mode: AdmissionMode
+
+
+@dataclass(frozen=True)
+class SetRegionWeight:
+    """Global route weight (percent) of a region's own cells for the region's users; the rest
+    goes to the other regions' cells by their route weights. 100 is the default."""
+
+    model: str
+    region: str
+    percent: int
+
+
+@dataclass(frozen=True)
+class MirrorTraffic:
+    """Mirror ``percent`` % of a region's users' requests to the region's own cells (Gateway
+    API RequestMirror): responses are discarded, the prefix caches warm. 0 stops it."""
+
+    model: str
+    region: str
+    percent: int
+
+
+@dataclass(frozen=True)
 class Noop:
     """The inverse of an operation that needs no undo (e.g. a read-only injection)."""
 
@@ -378,8 +516,12 @@ Operation = (
     | RestoreDigest | PauseReplication | ResumeReplication | Partition | Heal | DenyCapacity
     | AllowCapacity | InjectDcgmField | ClearDcgmField | InjectLinkFlap | ClearLinkFlap
     | InjectThermal | ClearThermal | SetServingConfig | SetNodeVersion | InjectServingErrors
-    | ResetGpu | RebootNode | RunBurnIn | EjectReplica | UnejectReplica | SuspendJobSet
+    | ResetGpu | RebootNode | RunBurnIn | KillPod | EjectReplica | UnejectReplica | SuspendJobSet
     | ResumeJobSet | SetQueueStopPolicy | InjectHang | InjectStraggler | ClearTrainingFault | Noop
+    | SandboxOperation  # agent sandboxes: firedrill.model.sandbox
+    | SetWeightsQuality | SetPrefillDecodeSplit | SetRequestShape
+    | StartPullers | StopPullers | FreezePullers | RecyclePool | StopRecycle | SetAdmission
+    | SetRegionWeight | MirrorTraffic
 )  # fmt: skip
 
 

@@ -106,6 +106,7 @@ class WeightsSpec(StrictModel):
     digest: Digest
     signed: bool = True
     attested: bool = True
+    quality: Fraction = 0.97  # true golden-set pass rate of these weights
 
 
 class ServingConfig(StrictModel):
@@ -139,6 +140,17 @@ class LatencySpec(StrictModel):
     cold_cache_decay_s: PositiveFloat = 600.0  # time constant of prefix-cache re-warming
 
 
+class DisaggregationSpec(StrictModel):
+    """Prefill/decode disaggregation: a share of a pool's replicas only prefill, the rest decode.
+
+    TTFT comes from the prefill replicas' queue and prefill time, TPOT from the decode replicas'
+    batch; the KV cache moves from prefill to decode in ``kv_transfer_s`` per request.
+    """
+
+    prefill_share: Annotated[float, Field(gt=0, lt=1)] = 0.3
+    kv_transfer_s: Annotated[float, Field(ge=0)] = 0.01  # seconds per request (NIXL over RDMA)
+
+
 class AutoscalerSpec(StrictModel):
     """KEDA-like: scale on utilisation of saturation throughput and on queueing, with cooldowns."""
 
@@ -165,6 +177,8 @@ class ModelSpec(StrictModel):
     oom_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1.0)] = 0.95
     autoscaler: AutoscalerSpec = AutoscalerSpec()
     node_pools: list[Name] = []  # node affinity: pools that may host it (empty: any serving pool)
+    golden_probes_per_s: Annotated[float, Field(ge=0)] = 0.5  # golden-set probes per cell
+    disaggregated: DisaggregationSpec | None = None  # prefill and decode on separate replicas
 
 
 class TokensSpec(StrictModel):
@@ -265,6 +279,24 @@ class FaultsSpec(StrictModel):
     phantom_xid: int = 79
 
 
+ServiceKind = Literal["tokenizer", "bundle_api", "signature_mirror", "idp", "registry"]
+
+
+class ServiceSpec(StrictModel):
+    """A service the serving path depends on, where it lives and which regions use it.
+
+    A region cut from the service's region loses it: a tokenizer bucket (new replicas cannot
+    finish loading), the CatalogBundle API (bundle changes fail), a signature/TUF mirror
+    (admission fails closed for digests it has not verified yet), the IdP that signs probe
+    tokens (synthetic probes fail), a registry (pulls from its origin fail).
+    """
+
+    name: Name
+    kind: ServiceKind
+    region: Name
+    used_by: list[Name] | Literal["all"] = "all"
+
+
 class FleetSpec(StrictModel):
     """A whole fleet: regions, cells, models, products, tenants, training and fault rates."""
 
@@ -280,6 +312,7 @@ class FleetSpec(StrictModel):
     training: list[JobSetSpec] = []
     faults: FaultsSpec = FaultsSpec()
     routes: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = {}  # model -> cell -> weight
+    services: list[ServiceSpec] = []  # dependencies and where they live (optional)
 
     @field_validator("models", "regions", "products")
     @classmethod
@@ -321,6 +354,14 @@ class FleetSpec(StrictModel):
             for cell in weights:
                 if cell not in cells:
                     raise ValueError(f"route for model '{model}' names unknown cell '{cell}'")
+        names = [svc.name for svc in self.services]
+        for svc in self.services:
+            if names.count(svc.name) > 1:
+                raise ValueError(f"service '{svc.name}' is declared twice")
+            users = [] if svc.used_by == "all" else svc.used_by
+            for reg in [svc.region, *users]:
+                if reg not in regions:
+                    raise ValueError(f"service '{svc.name}' names unknown region '{reg}'")
         share = sum(t.share for t in self.tenants)
         if self.tenants and abs(share - 1.0) > 1e-6:
             raise ValueError(f"tenant shares must add up to 1 (they add up to {share:g})")

@@ -35,6 +35,7 @@ from firedrill.errors import UnknownTargetError
 from firedrill.model import operations as ops
 from firedrill.model.state import CellView
 from firedrill.ports import Signals
+from firedrill.respond.severity import Sev
 
 DRAIN_STEPS_PERCENT = (100, 50, 0)  # a drain shifts a cell's weight in these steps (reference 000)
 MAX_RECEIVER_UTILIZATION = 0.85  # of saturation throughput, after the shift, penalty included
@@ -488,7 +489,26 @@ def widens_access(op: ops.Operation, previous: ops.Operation | None = None) -> s
                 previous.value
             ):
                 return f"raises {key} from {previous.value} to {value}"
+        case ops.SetWarmPool(tenant=tenant, replicas=n) if (
+            isinstance(previous, ops.SetWarmPool) and n > previous.replicas
+        ):
+            return f"grows {tenant}'s sandbox warm pool from {previous.replicas} to {n}"
+        case ops.UnfreezePromotions(product=product, kind=kind):
+            return f"reopens {kind} promotions of {product}"
+        case ops.UnblockContentHash(tenant=tenant, content_hash=h):
+            return f"lets {h} back into {tenant}'s retrieval"
     return None
+
+
+def check_sev1(sev: Sev, what: str) -> GuardResult:
+    """A lever kept for the worst incidents (the fleet-wide egress deny-all) needs SEV1."""
+    if sev is Sev.SEV1:
+        return passed("sev1", f"{what}: the incident is SEV1")
+    return refused(
+        "sev1",
+        f"{what} is a SEV1 lever and the incident is {sev}: contain the tenant first "
+        "(kill switch, warm pool, pod quarantine)",
+    )
 
 
 def check_narrows(

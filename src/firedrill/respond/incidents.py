@@ -27,8 +27,11 @@ has ever carried, so it never goes down while the incident is live:
   budget 1×); a paid tier when an alert has ``tier="paid"`` or a product named in
   ``paid_products``; regions are the distinct ``region`` labels of the burn alerts;
 - ``TrainingJobStalled`` with a ``gpus`` label: GPUs stalled (summed over distinct alerts);
-- ``MoneyToolWithoutApproval``: unapproved side effects; ``WeightsReadByNonServing``: weights
-  exfiltrated; any other security alert: a tripwire.
+- ``ModelQualityBurn`` (``golden_drop_pts`` label): the golden-set drop, the largest of the
+  incident's quality alerts, and as many percent of answers wrong; its region counts as affected;
+- ``MoneyToolWithoutApproval``, ``WriteToolWithoutApproval``: unapproved side effects;
+  ``WeightsReadByNonServing``: weights exfiltrated; any other security alert (the
+  ``EgressExfilPattern`` deny spike among them): a tripwire.
 
 A mitigated incident stays the cell's incident until it is resolved; new alerts still join it.
 Resolving is an explicit call and needs every alert of the incident to have resolved. Time is
@@ -61,9 +64,10 @@ AlertClass = Literal["page", "ticket", "security"]
 
 # × the error budget, per burn tier of the default multiwindow table
 BURN_TIER_FACTORS: Mapping[str, float] = {"fast": 14.4, "slow": 6.0, "drift": 3.0, "budget": 1.0}
-SIDE_EFFECT_ALERTS = frozenset({"MoneyToolWithoutApproval"})
+SIDE_EFFECT_ALERTS = frozenset({"MoneyToolWithoutApproval", "WriteToolWithoutApproval"})
 EXFIL_ALERTS = frozenset({"WeightsReadByNonServing"})
 STALLED_JOB_ALERT = "TrainingJobStalled"
+QUALITY_DROP_LABEL = "golden_drop_pts"  # ModelQualityBurn's tier (detect/quality.py)
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class Incident:
     severity: SeverityTracker = field(default_factory=SeverityTracker)
     timeline: list[TimelineEvent] = field(default_factory=list)
     mitigated_by: str = ""
+    tally: ImpactTally = field(default_factory=lambda: ImpactTally())  # impact_of(alerts)
+    seen: set[Labels] = field(default_factory=set)  # set(alerts), kept with it
 
     @property
     def sev(self) -> Sev:
@@ -139,25 +145,31 @@ def classify(receiver: str, labels: Labels) -> AlertClass:
     return "page" if receiver == "page" else "ticket"
 
 
-def impact_of(alerts: Collection[Labels], paid_products: Collection[str] = ()) -> Impact:
-    """The impact a set of alerts measures (see the module docstring for the mapping)."""
-    burn_rate = 0.0
-    paid = False
-    regions: set[str] = set()
-    gpus_stalled = 0
-    side_effects = 0
-    exfiltrated = False
-    tripwires = 0
-    for labels in alerts:
+@dataclass
+class ImpactTally:
+    """``impact_of`` kept up to date one alert at a time: every term is a max, a sum or a union,
+    so an incident's impact costs the same to reassess at its 400th alert as at its first."""
+
+    burn_rate: float = 0.0
+    paid: bool = False
+    regions: set[str] = field(default_factory=set)
+    gpus_stalled: int = 0
+    side_effects: int = 0
+    exfiltrated: bool = False
+    tripwires: int = 0
+    golden_drop_pts: float = 0.0
+
+    def add(self, labels: Labels, paid_products: Collection[str] = ()) -> None:
+        """Count one more alert (each alert once: the caller deduplicates)."""
         name = _label(labels, "alertname")
         if _label(labels, "severity") == "security":
             if name in SIDE_EFFECT_ALERTS:
-                side_effects += 1
+                self.side_effects += 1
             elif name in EXFIL_ALERTS:
-                exfiltrated = True
+                self.exfiltrated = True
             else:
-                tripwires += 1
-            continue
+                self.tripwires += 1
+            return
         factor_text = _label(labels, "burn_factor")
         factor = (
             float(factor_text)
@@ -165,22 +177,52 @@ def impact_of(alerts: Collection[Labels], paid_products: Collection[str] = ()) -
             else BURN_TIER_FACTORS.get(_label(labels, "burn_tier"), 0.0)
         )
         if factor > 0:
-            burn_rate = max(burn_rate, factor)
-            regions.add(_label(labels, "region"))
-            paid = paid or (
+            self.burn_rate = max(self.burn_rate, factor)
+            self.regions.add(_label(labels, "region"))
+            self.paid = self.paid or (
                 _label(labels, "tier") == "paid" or _label(labels, "product") in paid_products
             )
         if name == STALLED_JOB_ALERT and _label(labels, "gpus").isdigit():
-            gpus_stalled += int(_label(labels, "gpus"))
-    return Impact(
-        burn_rate=burn_rate,
-        paid_tier=paid,
-        regions_affected=len(regions),
-        gpus_stalled=gpus_stalled,
-        weights_exfiltrated=exfiltrated,
-        unapproved_side_effects=side_effects,
-        tripwires=tripwires,
-    )
+            self.gpus_stalled += int(_label(labels, "gpus"))
+        drop = _drop_pts(labels)
+        if drop > 0:  # ModelQualityBurn: a digest's golden-set drop, answers gone wrong
+            self.golden_drop_pts = max(self.golden_drop_pts, drop)
+            self.regions.add(_label(labels, "region"))
+            self.paid = self.paid or (
+                _label(labels, "tier") == "paid" or _label(labels, "product") in paid_products
+            )
+
+    def impact(self) -> Impact:
+        """The impact of every alert counted so far."""
+        return Impact(
+            burn_rate=self.burn_rate,
+            paid_tier=self.paid,
+            regions_affected=len(self.regions),
+            gpus_stalled=self.gpus_stalled,
+            weights_exfiltrated=self.exfiltrated,
+            unapproved_side_effects=self.side_effects,
+            tripwires=self.tripwires,
+            golden_drop_pts=self.golden_drop_pts,
+            # the digest's answers gone wrong, as a share of its traffic (for a canary, an upper
+            # bound of the cell's: fast and wrong is never rated below slow)
+            wrong_answers_frac=min(self.golden_drop_pts / 100.0, 1.0),
+        )
+
+
+def _drop_pts(labels: Labels) -> float:
+    try:
+        drop = float(_label(labels, QUALITY_DROP_LABEL) or 0.0)
+    except ValueError:
+        return 0.0
+    return drop if 0.0 <= drop <= 100.0 else 0.0
+
+
+def impact_of(alerts: Collection[Labels], paid_products: Collection[str] = ()) -> Impact:
+    """The impact a set of alerts measures (see the module docstring for the mapping)."""
+    tally = ImpactTally()
+    for labels in alerts:
+        tally.add(labels, paid_products)
+    return tally.impact()
 
 
 class IncidentBook:
@@ -241,8 +283,11 @@ class IncidentBook:
             targets.append((inc, others))
         for inc, alerts in targets:
             new = [a for a in alerts if a not in inc.firing]
-            known = set(inc.alerts)
-            inc.alerts.extend(a for a in new if a not in known)
+            fresh = [a for a in new if a not in inc.seen]
+            inc.alerts.extend(fresh)
+            inc.seen.update(fresh)
+            for a in fresh:
+                inc.tally.add(a, self.paid_products)
             inc.firing.update(new)
             if new:
                 joined.append(inc.id)
@@ -322,7 +367,7 @@ class IncidentBook:
         return _Floor(Sev.SEV4, axes, None, f"an incident opens at SEV4 at least ({alertname})")
 
     def _open_at(self, inc: Incident, n: Notification) -> None:
-        measured = assess(impact_of(inc.alerts, self.paid_products), self.matrix)
+        measured = assess(inc.tally.impact(), self.matrix)
         floor = self._floor(inc, n.alertname)
         inc.severity.raise_to(measured if measured.sev <= floor.sev else floor, n.at_s)
         inc.timeline.append(
@@ -343,7 +388,7 @@ class IncidentBook:
     def _assess(self, inc: Incident, at_s: float) -> bool:
         """Feed the tracker the impact of every alert the incident carried; True if it rose."""
         before = inc.sev
-        assessment = assess(impact_of(inc.alerts, self.paid_products), self.matrix)
+        assessment = assess(inc.tally.impact(), self.matrix)
         if assessment.sev is Sev.NONE or not inc.severity.raise_to(assessment, at_s):
             return False
         inc.timeline.append(

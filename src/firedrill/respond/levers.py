@@ -66,6 +66,11 @@ LeverKind = Literal[
     "digest_rollback",
     "cell_drain",
     "cell_quarantine",
+    "warm_pool",
+    "content_block",
+    "promotion_freeze",
+    "compensation",
+    "pd_rebalance",
 ]
 Scope = Literal["cell", "tenant", "model", "fleet"]
 LeverStatus = Literal["applied", "proposed", "refused"]
@@ -111,6 +116,15 @@ class RouteWeightParams:
 
 
 @dataclass(frozen=True)
+class RegionWeightParams:
+    """The global route's share (percent) of a region's users its own cells serve; the rest go
+    to the other regions' cells. A region failover steps it down, a failback back up."""
+
+    region: str
+    percent: int
+
+
+@dataclass(frozen=True)
 class QueueHoldParams:
     policy: Literal["Hold", "HoldAndDrain"] = "Hold"
 
@@ -140,9 +154,41 @@ class DigestParams:
     digest: str  # a previous, signed and attested digest
 
 
+@dataclass(frozen=True)
+class SplitParams:
+    """A disaggregated model's prefill share in the lever's cell (the rest of it decodes)."""
+
+    model: str
+    prefill_share: float
+
+
+@dataclass(frozen=True)
+class WarmPoolParams:
+    replicas: int = 0  # the tenant's SandboxWarmPool size; 0 starts no new session
+
+
+@dataclass(frozen=True)
+class ContentParams:
+    content_hash: str  # the injecting content (doc, URL, ticket) to block at retrieval
+
+
+@dataclass(frozen=True)
+class FreezeParams:
+    kinds: tuple[Literal["bundle", "toolset"], ...] = ("bundle", "toolset")
+
+
+@dataclass(frozen=True)
+class CompensationParams:
+    since_s: float  # completed writes from then on
+    sessions: tuple[str, ...] = ()  # only these sessions' writes (empty: the tenant's)
+    content_hash: str = ""  # only writes that followed this content
+
+
 LeverParams = (
-    NoParams | KillSwitchParams | ServingConfigParams | RouteWeightParams | QueueHoldParams
-    | QuarantineParams | ModelsParams | DriverParams | DigestParams
+    WarmPoolParams | ContentParams | FreezeParams | CompensationParams
+    | NoParams | KillSwitchParams | ServingConfigParams | RouteWeightParams | RegionWeightParams
+    | QueueHoldParams
+    | QuarantineParams | ModelsParams | DriverParams | DigestParams | SplitParams
 )  # fmt: skip
 
 
@@ -178,6 +224,7 @@ class LeverSpec:
     fleet_roles: frozenset[Role] = frozenset()  # also required when the request is fleet-wide
     requires: tuple[str, ...] = ()  # guards that must have run (by GuardResult.guard)
     moves_traffic: bool = False
+    fleet_requires: tuple[str, ...] = ()  # also required when the request is fleet-wide
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,6 +281,14 @@ def _plan_bundle_revert(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
 
 
 def _plan_route_weight(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
+    if isinstance(lever.params, RegionWeightParams):
+        r = lever.params
+        if not 0 <= r.percent <= 100:
+            raise LeverError("a region weight is a percent within 0..100")
+        return _one(
+            f"{lever.target} {r.region} region weight {r.percent}%",
+            ops.SetRegionWeight(lever.target, r.region, r.percent),
+        )
     p = _params(lever, RouteWeightParams, None)
     cells = [c for c, _ in p.weights]
     if not p.weights or len(set(cells)) != len(cells):
@@ -348,6 +403,61 @@ def _plan_cell_quarantine(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
     return _one(f"quarantine cell {lever.target}", ops.QuarantineCell(lever.target))
 
 
+def _plan_pd_rebalance(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
+    p = _params(lever, SplitParams, None)
+    if not 0.0 < p.prefill_share < 1.0:
+        raise LeverError("a prefill share is strictly within 0..1")
+    view = _cell_view(fleet, lever.target)
+    if p.model not in {rc.model for rc in view.replicas}:
+        raise UnknownTargetError("model", p.model)
+    return _one(
+        f"{p.model} in {view.name}: prefill {p.prefill_share:.0%} of replicas",
+        ops.SetPrefillDecodeSplit(p.model, view.name, p.prefill_share),
+    )
+
+
+def _plan_warm_pool(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
+    p = _params(lever, WarmPoolParams, WarmPoolParams())
+    if p.replicas < 0:
+        raise LeverError("a warm pool has >= 0 replicas")
+    now = fleet.inverse_of(ops.SetWarmPool(lever.target, p.replicas))
+    if isinstance(now, ops.SetWarmPool) and now.replicas < p.replicas:
+        raise LeverError(
+            f"{lever.target}'s warm pool is {now.replicas}: containment never grows it"
+        )
+    return _one(
+        f"{lever.target} warm pool to {p.replicas}", ops.SetWarmPool(lever.target, p.replicas)
+    )
+
+
+def _plan_content_block(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
+    p = _params(lever, ContentParams, None)
+    return _one(
+        f"block {p.content_hash} at retrieval for {lever.target}",
+        ops.BlockContentHash(lever.target, p.content_hash),
+    )
+
+
+def _plan_promotion_freeze(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
+    p = _params(lever, FreezeParams, FreezeParams())
+    if not p.kinds or len(set(p.kinds)) != len(p.kinds):
+        raise LeverError("promotion_freeze names each kind (bundle, toolset) once, at least one")
+    return _one(
+        f"freeze {'/'.join(p.kinds)} promotions of {lever.target}",
+        *(ops.FreezePromotions(lever.target, k) for k in p.kinds),
+    )
+
+
+def _plan_compensation(lever: Lever, fleet: Fleet) -> tuple[LeverStep, ...]:
+    p = _params(lever, CompensationParams, None)
+    which = f" of {', '.join(p.sessions)}" if p.sessions else ""
+    cause = f" after {p.content_hash}" if p.content_hash else ""
+    return _one(
+        f"compensate {lever.target}'s completed writes{which}{cause} since {p.since_s:.0f} s",
+        ops.RunCompensations(lever.target, p.since_s, p.sessions, p.content_hash),
+    )
+
+
 def _roles(*roles: Role) -> frozenset[Role]:
     return frozenset(roles)
 
@@ -356,7 +466,24 @@ _SPECS = (
     LeverSpec(
         "kill_switch", "tenant", 1, _roles("security_lead"),
         "a tenant's tools down to read-only side effects ('*': fleet-wide egress deny-all)",
-        _plan_kill_switch, fleet_roles=_roles("incident_commander"),
+        _plan_kill_switch, fleet_roles=_roles("incident_commander"), fleet_requires=("sev1",),
+    ),
+    LeverSpec(
+        "warm_pool", "tenant", 1, _roles("security_lead"),
+        "a tenant's sandbox warm pool down (0: no new session starts)", _plan_warm_pool,
+    ),
+    LeverSpec(
+        "content_block", "tenant", 2, _roles("security_lead"),
+        "block injecting content by hash at retrieval, for one tenant", _plan_content_block,
+    ),
+    LeverSpec(
+        "promotion_freeze", "model", 2, _roles("security_lead", "model_owner"),
+        "freeze a product's CatalogBundle/toolset promotions (rollbacks still go)",
+        _plan_promotion_freeze,
+    ),
+    LeverSpec(
+        "compensation", "tenant", 2, _roles("security_lead"),
+        "run the registered compensations of a tenant's completed writes", _plan_compensation,
     ),
     LeverSpec(
         "pod_quarantine", "tenant", 1, _roles("security_lead"),
@@ -386,6 +513,11 @@ _SPECS = (
         "scaler_pause", "cell", 3, _roles("ops_lead", "capacity_lead"),
         "pin a cell's scalers at the replicas serving now (registry/hydrate incidents: first)",
         _plan_scaler_pause,
+    ),
+    LeverSpec(
+        "pd_rebalance", "cell", 3, _roles("capacity_lead"),
+        "move a disaggregated pool's replicas to the role that saturates (prefill or decode)",
+        _plan_pd_rebalance,
     ),
     LeverSpec(
         "rollout_abort", "model", 4, _roles("model_owner"),
@@ -436,6 +568,8 @@ def scope_of(lever: Lever) -> Scope:
         and len(lever.params.weights) > 1
     ):
         return "fleet"  # more than one cell: the global route table, not one cell's weight
+    if lever.kind == "route_weight" and isinstance(lever.params, RegionWeightParams):
+        return "fleet"  # a region's share of the global route
     return CATALOGUE[lever.kind].scope
 
 
@@ -470,9 +604,12 @@ def traffic_pools(lever: Lever, fleet: Fleet) -> tuple[tuple[str, str], ...]:
         return ()
     views = list(fleet.cells())
     region_of = {v.name: v.region for v in views}
-    if lever.kind == "route_weight":
-        p = _params(lever, RouteWeightParams, None)
+    if lever.kind == "route_weight" and isinstance(lever.params, RegionWeightParams):
         models: set[str] = {lever.target}
+        named = [v.name for v in views if v.region == lever.params.region]
+    elif lever.kind == "route_weight":
+        p = _params(lever, RouteWeightParams, None)
+        models = {lever.target}
         named = [c for c, _ in p.weights]
     else:
         here = _cell_view(fleet, lever.target)
@@ -570,9 +707,10 @@ def _vet(
     results = [approvals(lever, approvers), *checks]
     refusals = [r.reason for r in results if not r.ok]
     ran = {r.guard for r in checks}
+    fleet_wide = spec.fleet_requires if scope_of(lever) == "fleet" else ()
     refusals += [
         f"{lever.kind} needs the {g} guard before it is pulled"
-        for g in spec.requires
+        for g in (*spec.requires, *fleet_wide)
         if g not in ran
     ]
     planned: tuple[LeverStep, ...] = ()

@@ -35,13 +35,14 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from firedrill.model.changes import CHANGE_STREAMS, ChangeEvent, ChangeStream
+from firedrill.model.state import NodeView
 
-SymptomKind = Literal["ttft", "availability", "kv_oom", "quality", "xid", "egress"]
+SymptomKind = Literal["ttft", "availability", "kv_oom", "quality", "xid", "egress", "pd_imbalance"]
 SYMPTOM_KINDS: tuple[SymptomKind, ...] = (
     "ttft",
     "availability",
@@ -49,6 +50,7 @@ SYMPTOM_KINDS: tuple[SymptomKind, ...] = (
     "quality",
     "xid",
     "egress",
+    "pd_imbalance",
 )
 
 WINDOW_S: Final = 6 * 3600.0  # how far before onset triage looks
@@ -69,6 +71,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "kv_oom": 0.2,
         "xid": PRIOR_FLOOR,
         "egress": PRIOR_FLOOR,
+        "pd_imbalance": 0.2,
     },
     "bundle": {
         "kv_oom": 1.0,
@@ -77,6 +80,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "availability": 0.4,
         "egress": 0.3,
         "xid": PRIOR_FLOOR,
+        "pd_imbalance": 0.8,  # the prefill/decode split is serving config
     },
     "serving_image": {
         "availability": 0.7,
@@ -85,6 +89,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "quality": 0.4,
         "xid": 0.3,
         "egress": PRIOR_FLOOR,
+        "pd_imbalance": 0.4,
     },
     "node_layer": {
         "xid": 1.0,
@@ -93,6 +98,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "kv_oom": PRIOR_FLOOR,
         "quality": PRIOR_FLOOR,
         "egress": PRIOR_FLOOR,
+        "pd_imbalance": PRIOR_FLOOR,
     },
     "network_policy": {
         "egress": 1.0,
@@ -101,6 +107,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "kv_oom": PRIOR_FLOOR,
         "quality": PRIOR_FLOOR,
         "xid": PRIOR_FLOOR,
+        "pd_imbalance": PRIOR_FLOOR,
     },
     "demand": {
         "ttft": 1.0,
@@ -109,6 +116,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "egress": 0.3,  # a new agent product calls out more
         "quality": PRIOR_FLOOR,
         "xid": PRIOR_FLOOR,
+        "pd_imbalance": 1.0,  # a shift in request shape (long prompts) unbalances the roles
     },
 }
 
@@ -363,16 +371,32 @@ def recommend(suspects: Sequence[Suspect], symptom: Symptom) -> str:
     return f"{weak}{lever} ({why})"
 
 
-def version_skew(node_versions: Sequence[Mapping[str, str]]) -> dict[str, dict[str, int]]:
-    """Count nodes per version of each component; a component with two versions is skewed."""
+# The node-layer components the reference's skew check counts per cell (driver, node image) plus
+# the DCGM exporter, whose bad versions report phantom XIDs.
+SKEW_COMPONENTS: Final = ("driver", "node_image", "dcgm_exporter")
+
+
+def version_skew(
+    node_versions: Iterable[Mapping[str, str]], components: Collection[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """Count nodes per version of each component (of ``components``, default every one);
+    a component with two versions is skewed."""
     counts: dict[str, Counter[str]] = {}
     for versions in node_versions:
         for component, version in versions.items():
-            counts.setdefault(component, Counter())[version] += 1
+            if components is None or component in components:
+                counts.setdefault(component, Counter())[version] += 1
     return {
         component: dict(sorted(counts[component].items(), key=lambda kv: (-kv[1], kv[0])))
         for component in sorted(counts)
     }
+
+
+def cell_skew(
+    nodes: Iterable[NodeView], components: Collection[str] = SKEW_COMPONENTS
+) -> dict[str, dict[str, int]]:
+    """The version skew across a cell's GPU nodes: ``version_skew`` of their node layer."""
+    return version_skew((dict(n.versions) for n in nodes if n.gpus > 0), components)
 
 
 def skew_evidence(skew: Mapping[str, Mapping[str, int]]) -> list[str]:

@@ -9,12 +9,22 @@ journaled as applied automation, and the postmortem's timings are measured from 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from firedrill.model import operations as ops
 from firedrill.model.series import Labels
 from firedrill.respond.incidents import Incident, IncidentBook, impact_of
 from firedrill.respond.severity import assess
-from firedrill.respond.suspects import Symptom, SymptomKind, rank, recommend
+from firedrill.respond.suspects import (
+    Symptom,
+    SymptomKind,
+    cell_skew,
+    rank,
+    recommend,
+    skew_evidence,
+)
+from firedrill.scenario.responder_report import responder_extras, responder_levers
 
 if TYPE_CHECKING:
     from firedrill.scenario.run import ScenarioRun
@@ -33,23 +43,36 @@ AUTOMATION_LEVER = {
     "quarantine": "node_quarantine",
     "eject": "pod_quarantine",
 }
+# The operations each applied lever put on the twin (their inverses are read from its journal).
+AUTOMATION_OPS: dict[str, tuple[type[Any], ...]] = {
+    "quarantine": (ops.Taint, ops.Label, ops.Drain),
+    "eject": (ops.EjectReplica,),
+}
 
 
 def symptom_kind(alerts: list[Labels]) -> SymptomKind:
     names = [dict(a).get("alertname", "") for a in alerts]
     if any(dict(a).get("severity") == "security" for a in alerts):
         return "egress"
+    # quality does not wait behind latency; a cause ticket naming the serving state explains a
+    # TTFT burn better than the burn does (the prefill/decode split, the KV cache)
+    if "ModelQualityBurn" in names:
+        return "quality"
+    if "PrefillDecodeImbalance" in names:
+        return "pd_imbalance"
+    if any(n in ("KVCacheHigh", "VllmPreemptions") for n in names):
+        return "kv_oom"
     if any("TTFT" in n or "Goodput" in n or n == "PodTTFTHigh" for n in names):
         return "ttft"
     if any("Availability" in n for n in names):
         return "availability"
-    if any(n in ("KVCacheHigh", "VllmPreemptions") for n in names):
-        return "kv_oom"
     return "xid"
 
 
 def command(run: ScenarioRun) -> list[dict[str, Any]]:
     """Open incidents from the run's notifications and describe each as the JSON contract has it."""
+    if run.responder is not None:  # the responder's book: declared incidents, mitigations
+        return [_report(run, inc) for inc in run.responder.book.incidents]
     book = IncidentBook()
     for n in sorted(run.notifications, key=lambda n: n.at_s):
         book.ingest(n)
@@ -64,14 +87,16 @@ def _start_s(run: ScenarioRun, inc: Incident) -> float:
 
 def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
     twin = run.twin
-    kind = symptom_kind(inc.alerts)
+    kind = run.responder.symptom(inc).kind if run.responder else symptom_kind(inc.alerts)
     symptom = Symptom(kind, inc.opened_at_s, inc.cell, inc.region)
     changes = twin.changes(since_s=max(0.0, inc.opened_at_s - WINDOW_S))
     suspects = rank(changes, symptom)[:5] if inc.kind != "security" else []
     advice = recommend(suspects, symptom) if suspects else ""
     levers: list[dict[str, Any]] = []
     causes = [s for s in suspects if s.before_onset]
-    if causes:
+    if run.responder is not None:
+        levers += responder_levers(run.responder, inc)
+    elif causes:
         lever, scope = STREAM_LEVER.get(causes[0].stream, ("route_weight", "cell"))
         levers.append(
             {
@@ -97,6 +122,7 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
                 "status": "proposed" if a.dry_run else "applied",
                 "reason": f"remediation controller: {a.reason} on {a.node}",
                 "approvers": ["automation"],
+                **({} if a.dry_run else _undo(run, a.at_s, _target(a), AUTOMATION_OPS[a.action])),
             }
         )
     blocked = [b for b in run.controller.state.blocked if b.cell == inc.cell]
@@ -114,9 +140,15 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
                 "status": "applied",
                 "reason": f"hang runbook: rank {t['rank']} on {t['node']} excluded",
                 "approvers": ["automation"],
+                "verified": t.get("resumed_at_s") is not None,  # training progresses again
+                **_undo(run, t["suspended_at_s"], None, (ops.SuspendJobSet,)),
             }
         )
-    applied = sorted(lv["at_s"] for lv in levers if lv["status"] == "applied")
+    applied = sorted(
+        lv["at_s"]
+        for lv in levers
+        if lv["status"] == "applied" and (run.responder is None or lv.get("verified"))
+    )
     mitigated = applied[0] if applied else None
     resolved = next((e.at_s for e in inc.timeline if e.kind == "resolved"), None)
     if resolved is None and not inc.firing:
@@ -129,7 +161,7 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
             {
                 "kind": "automation_guardrail",
                 "text": f"review the {blocked[0].budget} budget that held remediation "
-                f"in {inc.cell} ({len(blocked)} actions not taken)",
+                f"in {inc.cell} ({len(blocked)} actions not taken): {_budget_config(run)}",
             }
         )
     if kind == "ttft" and causes and causes[0].stream == "demand":
@@ -154,6 +186,13 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
         "deciding_axis": assessment.deciding_axis,
         "sev_history": [_history(h) for h in inc.severity.history],
         "alerts": len(inc.alerts),
+        # what changed, with skew: node-layer versions across the incident's GPU nodes
+        "version_skew": (skew := _skew(run, inc)),
+        "skew_evidence": skew_evidence(skew),
+        "timeline": [
+            {"at_s": e.at_s, "kind": e.kind, "text": e.text, "data": dict(e.data)}
+            for e in inc.timeline
+        ],
         "suspects": [
             {
                 "stream": s.stream,
@@ -178,7 +217,57 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
             "requests_failed": _requests_failed(run, inc, start),
             "action_items": items,
         },
+        **(responder_extras(run.responder, inc) if run.responder is not None else {}),
     }
+
+
+def _budget_config(run: ScenarioRun) -> str:
+    """The policy lines that keep automation from becoming the outage."""
+    b = run.controller.policy.budgets
+    return (
+        f"budgets.min_healthy {b.min_healthy:g} (NodeHealthCheck minHealthy {b.min_healthy:.0%}) "
+        f"and budgets.max_quarantines_per_cell_hour {b.max_quarantines_per_cell_hour} "
+        "(QuarantineRateAnomalous pages) stop a bad exporter from cordoning the cell"
+    )
+
+
+def _target(a: Any) -> str:
+    """The node a quarantine acted on, or the pod an eject took out (its detail starts with it)."""
+    return str(a.detail).split(":", 1)[0] if a.action == "eject" else str(a.node)
+
+
+def _undo(
+    run: ScenarioRun, at_s: float, target: str | None, kinds: tuple[type[Any], ...]
+) -> dict[str, Any]:
+    """The operations an applied lever put on the twin at ``at_s`` (on ``target``; any when None)
+    and their inverses, recorded by the twin before each was applied, in undo order."""
+    done = [
+        e
+        for e in run.twin.journal
+        if e.at_s == at_s
+        and isinstance(e.op, kinds)
+        and (target is None or target in (getattr(e.op, f, None) for f in ("node", "pod")))
+    ]
+    return {
+        "operations": [_operation(e.op) for e in done],
+        "inverse": [_operation(e.inverse) for e in reversed(done)],
+    }
+
+
+def _operation(op: ops.Operation) -> dict[str, Any]:
+    return {"op": type(op).__name__, "args": asdict(op)}
+
+
+def _skew(run: ScenarioRun, inc: Incident) -> dict[str, dict[str, int]]:
+    """Nodes per driver, node image and DCGM exporter version in the incident's cell (its
+    region's cells for a region-wide incident)."""
+    region_wide = inc.cell.startswith("region:")
+    cells = [
+        c.name
+        for c in run.twin.cells()
+        if c.name == inc.cell or (region_wide and c.region == inc.region)
+    ]
+    return cell_skew(n for c in cells for n in run.twin.node_views(cell=c))
 
 
 def _history(h: Any) -> dict[str, Any]:

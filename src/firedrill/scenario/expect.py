@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from firedrill.scenario.command import command
+from firedrill.scenario.incident_check import IncidentCheck, evaluate_incident
+from firedrill.scenario.security_check import SecurityCheck, evaluate_security
+from firedrill.scenario.series_check import SeriesCheck, evaluate_series
 from firedrill.scenario.spec import (
     ActionCheck,
     AlertCheck,
@@ -39,6 +43,7 @@ def _bounds(lo: int, hi: int | None) -> str:
 
 def evaluate(run: ScenarioRun, checks: list[Check]) -> list[CheckResult]:
     out: list[CheckResult] = []
+    incidents: list[dict[str, Any]] | None = None  # incident command, built once if asked
     t0 = min((e.at_s for e in run.spec.timeline), default=0.0)
     for c in checks:
         match c:
@@ -140,4 +145,11 @@ def evaluate(run: ScenarioRun, checks: list[Check]) -> list[CheckResult]:
                         f"training runbook {c.jobset}", ok, "named, suspended, resumed", str(rep)
                     )
                 )
+            case IncidentCheck():
+                incidents = command(run) if incidents is None else incidents
+                out.append(CheckResult(*evaluate_incident(c, incidents, run)))
+            case SeriesCheck():
+                out.append(CheckResult(*evaluate_series(c, run)))
+            case SecurityCheck():
+                out.append(CheckResult(*evaluate_security(c, run)))
     return out

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from firedrill.detect.causes import CauseEvaluator
 from firedrill.detect.evaluator import AlertEvent, BurnRateEvaluator
+from firedrill.detect.golden import QualityEvaluator
+from firedrill.detect.imbalance import PdImbalanceEvaluator
 from firedrill.detect.notify import Notification, Notifier
+from firedrill.detect.security import SecurityEvaluator
 from firedrill.detect.slo import SloSpec
 from firedrill.model import operations as ops
 from firedrill.model.series import labels_of
@@ -23,7 +27,9 @@ from firedrill.ports import Fleet
 from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
 from firedrill.remediate.training import StallDetector, run_hang_runbook
+from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
 from firedrill.scenario.chains import Chain, trace_chains
+from firedrill.scenario.command import symptom_kind
 from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
 from firedrill.twin.engine import Twin
 
@@ -40,6 +46,7 @@ class ScenarioRun:
     applied: list[tuple[float, TimelineEntry, ops.Operation]] = field(default_factory=list)
     chains: list[Chain] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    responder: Responder | None = None
 
     @property
     def notifications(self) -> list[Notification]:
@@ -73,14 +80,19 @@ def run_scenario(
     policy: PolicySpec,
     *,
     progress: ProgressFn | None = None,
+    mode: Mode | None = None,
 ) -> ScenarioRun:
     twin = Twin(fleet, spec.seed, hours_hint=spec.duration_s / 3600.0)
     fleet_port: Fleet = twin
     burn = BurnRateEvaluator(slo, twin)
     causes = CauseEvaluator(slo, twin)
+    quality = QualityEvaluator(slo.quality, twin)
+    imbalance = PdImbalanceEvaluator(slo.prefill_decode, twin)
+    security = SecurityEvaluator(slo, twin)
     notifier = Notifier(slo.routing)
     controller = RemediationController(policy, fleet_port)
     run = ScenarioRun(spec, twin, controller, notifier)
+    run.responder = _responder(spec, fleet, twin, burn, notifier, mode)
     timeline = sorted(spec.timeline, key=lambda e: e.at_s)
     step = fleet.scrape_interval_s
     paged: set[str] = set()
@@ -89,6 +101,9 @@ def run_scenario(
     i = 0
     burn.evaluate()
     causes.evaluate()
+    quality.evaluate()
+    imbalance.evaluate()
+    security.evaluate()
     while twin.t < spec.duration_s - 1e-9:
         while i < len(timeline) and timeline[i].at_s <= twin.t + 1e-9:
             for op in expand(timeline[i], twin):
@@ -97,7 +112,9 @@ def run_scenario(
             i += 1
         twin.advance(min(step, spec.duration_s - twin.t))
         now = twin.t
-        for ev in burn.evaluate() + causes.evaluate():
+        evs = burn.evaluate() + causes.evaluate() + quality.evaluate() + imbalance.evaluate()
+        evs += security.evaluate()
+        for ev in evs:
             run.alerts.append(ev)
             if ev.state == "firing":
                 notifier.fire(ev.at_s, ev.labels)
@@ -156,8 +173,36 @@ def run_scenario(
                     )
                 run.extra["training"][sp.jobset] = entry
         notifier.tick(now)
+        if run.responder is not None:
+            run.responder.observe(now, notifier.notifications)
         if progress is not None:
             progress(now)
     twin.flush_ttft()
     run.chains = trace_chains(run)
     return run
+
+
+def _responder(
+    spec: ScenarioSpec,
+    fleet: FleetSpec,
+    twin: Twin,
+    burn: BurnRateEvaluator,
+    notifier: Notifier,
+    mode: Mode | None,
+) -> Responder | None:
+    """The scenario's responder, or one in ``mode`` with the default policy; None if neither."""
+    if spec.responder is None and mode is None:
+        return None
+    policy = spec.responder if spec.responder is not None else ResponderPolicy()
+    if mode is not None and mode != policy.mode:
+        policy = policy.model_copy(update={"mode": mode})
+    return Responder(
+        policy,
+        twin,
+        probe=EvaluatorProbe(burn, lambda: notifier.firing),
+        classify=symptom_kind,
+        signals=twin,
+        capacity=twin,
+        catalog=twin,
+        epoch=EPOCH + timedelta(hours=fleet.start_hour_utc),
+    )

@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from firedrill.detect.slo import duration_s
 from firedrill.model import operations as ops
 from firedrill.model.spec import NAME_RE
+from firedrill.respond.responder import ResponderPolicy
+from firedrill.scenario.incident_check import IncidentCheck
+from firedrill.scenario.security_check import SecurityCheck
+from firedrill.scenario.series_check import SeriesCheck
 
 OPERATIONS: dict[str, type[Any]] = {
     name: cls
@@ -127,7 +131,10 @@ Check = Annotated[
     | ChainCheck
     | ChangeCheck
     | QuarantineCounterCheck
-    | TrainingCheck,
+    | TrainingCheck
+    | IncidentCheck
+    | SecurityCheck
+    | SeriesCheck,
     Field(discriminator="check"),
 ]
 
@@ -145,6 +152,7 @@ class ScenarioSpec(_Strict):
     timeline: list[TimelineEntry] = []
     expect: list[Check] = []
     training_runbook: bool = True  # run the hang runbook on stalled JobSets
+    responder: ResponderPolicy | None = None  # None: incident command only reports (advise)
 
     @property
     def duration_s(self) -> float:

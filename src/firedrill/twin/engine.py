@@ -24,6 +24,8 @@ import numpy.typing as npt
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
 from firedrill.model.changes import ChangeEvent, ChangeStream
+from firedrill.model.release import RolloutView
+from firedrill.model.sandbox import EgressRecord, ToolCallRecord
 from firedrill.model.series import Labels, Series, labels_of
 from firedrill.model.spec import (
     VLLM_TPOT_BUCKETS_S,
@@ -33,9 +35,15 @@ from firedrill.model.spec import (
     Versions,
 )
 from firedrill.model.state import CellView, NodeView, ReplicaCounts
+from firedrill.twin import disagg
 from firedrill.twin.demand import Demand
+from firedrill.twin.deps import LOAD_RETRY_S
+from firedrill.twin.disagg import PD_OPS, Disaggregation
 from firedrill.twin.faults import FaultEvent, FaultProcess
+from firedrill.twin.quality import QUALITY_OPS, GoldenSet
 from firedrill.twin.recorder import SeriesStore
+from firedrill.twin.recovery import RECOVERY_OPS, RecoveryFeatures
+from firedrill.twin.sandbox import SANDBOX_OPS, SandboxSim
 from firedrill.twin.serving import (
     PoolShape,
     TtftBinner,
@@ -151,7 +159,10 @@ class Twin:
         self.changes_log: list[ChangeEvent] = []
         self.journal: list[ops.Applied] = []
         self._build_topology()
+        self.pd: Disaggregation | None = None
         self._build_pools()
+        self.golden = GoldenSet(self, seed)  # golden-set probes: their own random stream
+        self.pd = Disaggregation.of(self)  # None unless a model is served disaggregated
         self.demand = Demand(spec, self._demand_rng)
         self.faults = FaultProcess(spec.faults, len(self.nodes), 8, self._fault_rng)
         self._refresh_bad_exporters()
@@ -175,7 +186,9 @@ class Twin:
         self._next_autoscale = AUTOSCALE_EVERY_S
         self.burn_in: dict[str, tuple[float, bool, str]] = {}  # node -> (at, passed, detail)
         self.quarantine_actions: dict[int, int] = {}  # node -> quarantine taints applied
+        self.recovery = RecoveryFeatures(self)  # pullers, recycling, deps, admission, homing
         self.training = TrainingSim(self)
+        self.sandbox = SandboxSim(self)  # agent sandboxes: its own generators, never ours
         self._place_initial()
         self._register_series()
         if record:
@@ -393,6 +406,8 @@ class Twin:
             self.shape, full
         )
         self.max_rps_per_replica = full / service_full
+        if self.pd is not None:
+            self.pd.update_capacity()
 
     def _place_initial(self) -> None:
         """The run starts warm: desired replicas ready, their digests cached on their nodes."""
@@ -438,10 +453,14 @@ class Twin:
         self.state_counts[p, state] += 1
         if r.state == READY and state != READY:
             self.ready[p] -= 1
+            self.golden.on_ready(p, r.digest, -1)
             if r.slowdown != 1.0:
                 self.slow_sum[p] -= r.slowdown - 1.0
+        if state == READY and r.state == WARMING:
+            self.recovery.became_ready[p] += 1
         if state == READY and r.state != READY:
             self.ready[p] += 1
+            self.golden.on_ready(p, r.digest, 1)
             if r.slowdown != 1.0:
                 self.slow_sum[p] += r.slowdown - 1.0
         r.state = state
@@ -563,6 +582,11 @@ class Twin:
                 if r.token != payload[1]:
                     continue
                 if kind == "loaded":
+                    if self.recovery.deps.declared and self.recovery.deps.load_blocked(
+                        self.cell_region[r.cell]
+                    ):  # no tokenizer: the replica cannot start, it retries
+                        self._push(self.t + LOAD_RETRY_S, "loaded", (r.id, r.token))
+                        continue
                     self._set_state(r, WARMING)
                     self._push(self.t + self.models[r.model].warmup_s, "warmed", (r.id, r.token))
                 elif kind == "warmed":
@@ -613,6 +637,10 @@ class Twin:
             self._fault(ev)
         if self.spec.training:
             self.training.step()
+        if self.recovery.busy:
+            self.recovery.step()
+        if self.sandbox.enabled:
+            self.sandbox.step()
         if self.t >= self._next_scrape - 1e-9:
             if self.record:
                 self._scrape()
@@ -644,6 +672,8 @@ class Twin:
         local_sum = local.sum(axis=2, keepdims=True)
         glob = w[:, None, :] / np.maximum(w.sum(axis=1), 1e-300)[:, None, None]
         share = np.where(local_sum > 0, local / np.maximum(local_sum, 1e-300), glob)
+        if self.recovery.homing.rerouting:
+            share = self.recovery.homing.reroute(share, w)
         return share, self.cross_mask
 
     def _serve(self) -> None:
@@ -665,15 +695,20 @@ class Twin:
             self.lam_warm = lam.copy()  # the run starts with warm prefix caches
         # prefix-cache warmth: traffic above its recent level arrives cold
         self.lam_warm += (lam - self.lam_warm) * self.warm_gain
+        if self.recovery.homing.mirroring:
+            self.recovery.homing.warm(d_model)
         coldness = np.clip(1.0 - self.lam_warm / np.maximum(lam, 1e-12), 0.0, 1.0)
         arrivals = self.rng.poisson((lam + lost) * self.dt)
         n_lost = None
         if lost.any():
             n_lost = self.rng.binomial(arrivals, lost / np.maximum(lam + lost, 1e-12))
             arrivals = arrivals - n_lost
-        ready = self.ready.astype(np.float64)
-        seats = self.ready * self.seats_int
-        no_capacity = self.ready == 0
+        serving = self.ready  # replicas with seats: a disaggregated pool's decode replicas
+        if self.pd is not None:
+            arrivals, extra, n_lost, serving = self.pd.prefill(arrivals, extra, n_lost, coldness)
+        ready = serving.astype(np.float64)
+        seats = serving * self.seats_int
+        no_capacity = serving == 0
         dropped = None
         if no_capacity.any():
             # requests with nowhere to go fail at the gateway, and so does the queue
@@ -686,7 +721,8 @@ class Twin:
         batch = self.busy * inv_ready
         slow_mix = 1.0 + self.slow_sum * inv_ready
         tpot = decode_step_s(self.shape, batch) * slow_mix
-        service = self.prefill_mean + self.shape.output_mean * tpot
+        prefill_s = self.prefill_mean if self.pd is None else self.pd.service_prefill
+        service = prefill_s + self.shape.output_mean * tpot
         overflow = np.maximum(self.busy - ready * self.kv_seats_per_replica, 0.0)
         p_done = self.dt / service
         if overflow.any():
@@ -741,8 +777,10 @@ class Twin:
             1.0,
         )
         self.kv_usage_sum += self.kv_usage
-        self.util_sum += np.minimum(lam / np.maximum(ready * self.max_rps_per_replica, 1e-12), 1.0)
-        self.ready_sum += ready
+        self.util_sum += np.minimum(
+            lam / np.maximum(self.ready * self.max_rps_per_replica, 1e-12), 1.0
+        )
+        self.ready_sum += self.ready
         self.samples += 1
         self.tpot_now = tpot
         self.service_now = service
@@ -750,12 +788,20 @@ class Twin:
             self._oom_crashes()
 
     def _partition_losses(self, flow: F64, lam: F64, lost: F64) -> tuple[F64, F64]:
-        """Traffic that crosses a cut (region-region) or enters a cut-off region (edge) fails."""
+        """Traffic that crosses a cut (region-region) or enters a cut-off region (edge) fails.
+
+        A region's users normally enter through its own edge and cross the backbone to reach
+        another region's cells. When that region is cut from the edge (a blackhole), the global
+        edge sends its users straight to the other regions, so the backbone cut no longer lies on
+        their path.
+        """
         lam = lam.copy()
         lost = lost.copy()
         nc = len(self.cell_names)
         for mi in range(len(self.models)):
             for ri in range(len(self.region_names)):
+                if ("region-edge", self.region_names[ri], "edge") in self.partitions:
+                    continue
                 for ci in range(nc):
                     f = flow[mi, ri, ci]
                     if f > 0 and self._cut(ri, self.cell_region[ci]):
@@ -834,6 +880,8 @@ class Twin:
         mi = int(self.pool_model[p])
         ro = self.rollout[mi]
         canary_n = round(want * ro[1] / 100.0) if ro is not None else 0
+        if ro is not None and canary_n > 0 and not self.recovery.admission.landed(ro[0], p):
+            canary_n = 0  # the ready-gate: a canary digest not landed here is not planned here
         plan = {self._target_digest(p): want - canary_n}
         if ro is not None and canary_n > 0:
             plan[ro[0]] = plan.get(ro[0], 0) + canary_n
@@ -848,7 +896,7 @@ class Twin:
                 in_flight = sum(1 for r in have if r.state != READY)
                 missing = min(missing, max(0, surge - in_flight))
             for _ in range(missing):
-                if not self._admit(d):
+                if not self._admit(d, int(self.pool_region[p])):
                     break
                 live.append(self._new_replica(mi, int(self.pool_cell[p]), d))
         # stale replicas: those serving nothing go now, ready ones as replacements become ready
@@ -876,13 +924,11 @@ class Twin:
         live_n = sum(1 for i in self.pool_replicas[p] if self.replicas[i].state in LIVE)
         self.pool_dirty[p] = not (settled and live_n == want)
 
-    def _admit(self, digest: int) -> bool:
-        info = self.digests[digest]
-        if info.signed and info.attested:
-            self.admission["admitted"] += 1
-            return True
-        self.admission["denied"] += 1
-        return False
+    def _admit(self, digest: int, region: int = -1) -> bool:
+        """The ready-gate and admission in ``region`` (twin/admission.py); counted either way."""
+        ok = self.recovery.admission.admit(digest, region)
+        self.admission["admitted" if ok else "denied"] += 1
+        return ok
 
     def _autoscale(self) -> None:
         for p in range(self.n_pools):
@@ -982,8 +1028,13 @@ class Twin:
             if kind == "cell-registry":
                 ci = self.cell_index[a]
                 origin_ok[self.node_cell == ci] = False
+        if self.recovery.deps.declared:
+            self.recovery.deps.mask_origin(origin_ok)
         done = self.supply.step(self.dt, self.nic, origin_ok, self.available)
         for pull in done:
+            if pull.digest < 0:  # a competing puller's bytes
+                self.recovery.pullers.pulled(pull)
+                continue
             n = self.nodes[pull.node]
             n.cache.add(pull.digest)
             self.supply.add_holder(n.region, pull.digest)
@@ -1160,6 +1211,7 @@ class Twin:
     # ------------------------------------------------------------------------------------------
     # Fleet port: operations
     def apply(self, op: ops.Operation) -> ops.Operation:
+        self.recovery.check(op)  # a cut dependency refuses it before anything changes
         inverse = self._apply(op)
         self.pool_dirty[:] = True
         self.journal.append(ops.Applied(op=op, inverse=inverse, at_s=self.t))
@@ -1194,6 +1246,7 @@ class Twin:
             raise UnknownTargetError("gpu", f"{self.nodes[ni].name}/{gpu}")
 
     def _inverse(self, op: ops.Operation) -> ops.Operation:
+        self.sandbox.check(op)  # a promotion freeze refuses new catalog digests
         match op:
             case ops.Cordon(node=node) | ops.Drain(node=node):
                 n = self.nodes[self._node_i(node)]
@@ -1277,14 +1330,16 @@ class Twin:
             case ops.SetFlag(key=key):
                 return ops.SetFlag(key, self.flags.get(key))
             case ops.QuarantinePod(pod=pod):
-                self._pod_check(pod)
+                if not self.sandbox.has_pod(pod):
+                    self._pod_check(pod)
                 return (
                     ops.Noop("already")
                     if pod in self.quarantined_pods
                     else ops.UnquarantinePod(pod)
                 )
             case ops.UnquarantinePod(pod=pod):
-                self._pod_check(pod)
+                if not self.sandbox.has_pod(pod):
+                    self._pod_check(pod)
                 return (
                     ops.QuarantinePod(pod)
                     if pod in self.quarantined_pods
@@ -1392,6 +1447,9 @@ class Twin:
             case ops.RebootNode(node=node) | ops.RunBurnIn(node=node):
                 self._node_i(node)
                 return ops.Noop("cannot be undone")
+            case ops.KillPod(pod=pod):
+                self._pod_check(pod)
+                return ops.Noop("a killed pod is restarted by its controller")
             case ops.EjectReplica(pod=pod):
                 self._pod_check(pod)
                 r = self.replicas[int(pod[1:])]
@@ -1401,6 +1459,14 @@ class Twin:
                 return ops.Noop("not ejected")
             case _ if isinstance(op, TRAINING_OPS):
                 return self.training.inverse(op)
+            case _ if isinstance(op, RECOVERY_OPS):
+                return self.recovery.inverse(op)
+            case _ if isinstance(op, SANDBOX_OPS):
+                return self.sandbox.inverse(op)
+            case _ if isinstance(op, QUALITY_OPS):
+                return self.golden.inverse(op)
+            case _ if isinstance(op, PD_OPS):
+                return disagg.inverse(self, op)
             case ops.Noop():
                 return ops.Noop()
         raise OperationError(f"unsupported operation {op!r}")
@@ -1479,7 +1545,11 @@ class Twin:
                     if w < 0:
                         raise OperationError(f"route weight for '{c}' must be >= 0")
                 for c, w in weights:
-                    self.weights[mi, self.cell_index[c]] = w
+                    ci = self.cell_index[c]
+                    old_w = int(self.weights[mi, ci])
+                    self.weights[mi, ci] = w
+                    if old_w != w:  # demand (stream 6): traffic moves into or out of the cell
+                        self._record_change("demand", ci, model, str(old_w), str(w), "route weight")
             case ops.QuarantineCell(cell=cell):
                 self.cell_quarantined[self.cell_index[cell]] = True
             case ops.UnquarantineCell(cell=cell):
@@ -1653,6 +1723,10 @@ class Twin:
                     raise OperationError(f"{node}: burn-in needs a drained node")
                 self.burn_in.pop(node, None)
                 self._push(self.t + BURN_IN_S, "burned_in", (ni,))
+            case ops.KillPod(pod=pod):
+                r = self.replicas[int(pod[1:])]
+                if r.state in (READY, LOADING, WARMING):
+                    self._crash(r, fatal=False)  # restarts after a back-off, no pull
             case ops.EjectReplica(pod=pod):
                 r = self.replicas[int(pod[1:])]
                 if r.state == READY:
@@ -1661,6 +1735,14 @@ class Twin:
                 pass
             case _ if isinstance(op, TRAINING_OPS):
                 self.training.apply(op)
+            case _ if isinstance(op, RECOVERY_OPS):
+                self.recovery.apply(op)
+            case _ if isinstance(op, SANDBOX_OPS):
+                self.sandbox.apply(op)
+            case _ if isinstance(op, QUALITY_OPS):
+                self.golden.apply(op)
+            case _ if isinstance(op, PD_OPS):
+                disagg.apply(self, op)
             case ops.Noop():
                 pass
         return inverse
@@ -1766,10 +1848,25 @@ class Twin:
         self._node_i(node)
         return self.burn_in.get(node)
 
+    # the audit log of the agent sandboxes (respond.security.AuditLog): proxy and gateway records
+    def egress_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[EgressRecord]:
+        return self.sandbox.egress_records(start_s=start_s, end_s=end_s, tenant=tenant)
+
+    def tool_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[ToolCallRecord]:
+        return self.sandbox.tool_records(start_s=start_s, end_s=end_s, tenant=tenant)
+
     def node_views(self, *, cell: str | None = None) -> Sequence[NodeView]:
         if cell is None:
             return [self._node_view(i) for i in range(len(self.nodes))]
         return [self._node_view(i) for i in self.cell_nodes[self._cell_i(cell)]]
+
+    def rollout_view(self, model: str) -> RolloutView:
+        """A model's weights rollout: stable digest per region, canary digest and step."""
+        return self.golden.rollout_view(self._model_i(model))
 
     def cells(self) -> Sequence[CellView]:
         out = []
@@ -1910,13 +2007,22 @@ class Twin:
         self._ttft_export_idx = np.searchsorted(self.edges, TTFT_EXPORT)
         if self.spec.training:
             self.training.register_series(s)
+        self.recovery.register_series(s)
+        if self.sandbox.enabled:
+            self.sandbox.register_series(s)
+        self.golden.register_series(s)
+        if self.pd is not None:
+            self.pd.register_series(s)
 
     def _scrape(self) -> None:
         self.flush_ttft()
         s = self.store
         k = s.begin_scrape(self.t)
         self.scrapes += 1
-        s.write("vllm:num_requests_waiting", k, self.queue.sum(axis=1).astype(np.float64))
+        waiting = self.queue.sum(axis=1)
+        if self.pd is not None:
+            waiting = waiting + self.pd.waiting()  # a disaggregated pool's prefill backlog too
+        s.write("vllm:num_requests_waiting", k, waiting.astype(np.float64))
         s.write("vllm:num_requests_running", k, self.busy.astype(np.float64))
         s.write("vllm:kv_cache_usage_perc", k, self.kv_usage)
         s.write("vllm:num_preemptions_total", k, self.preemptions.astype(np.float64))
@@ -1957,7 +2063,8 @@ class Twin:
         s.write("firedrill_registry_errors_total|429", k, np.array([r.errors_429 for r in rs]))
         active = np.zeros(len(rs))
         for p in self.supply.pulls.values():
-            active[p.region] += 1
+            if p.digest >= 0:  # serving pulls (competing pullers have their own series)
+                active[p.region] += 1
         s.write("firedrill_hydrate_pulls_active", k, active)
         s.write("firedrill_cell_nodes", k, np.array([float(len(n)) for n in self.cell_nodes]))
         s.write(
@@ -1972,6 +2079,12 @@ class Twin:
         )
         if self.spec.training:
             self.training.scrape(s, k)
+        self.recovery.scrape(s, k)
+        if self.sandbox.enabled:
+            self.sandbox.scrape(s, k)
+        self.golden.scrape(s, k, self.t - (s.times[-2] if len(s.times) > 1 else self.t))
+        if self.pd is not None:
+            self.pd.scrape(s, k)
 
 
 def _admit(queue: I64, free: I64) -> I64:

@@ -57,6 +57,8 @@ class SeriesStore:
         name = key.split("|", 1)[0]
         self.families[key] = _Family(name, labels, np.full((self.capacity, len(labels)), np.nan))
         self._by_name.setdefault(name, []).append(key)
+        # a family registered mid-run (a new digest's counters) joins cached selections of its name
+        self._selections = {k: v for k, v in self._selections.items() if k[0] != name}
 
     def begin_scrape(self, t_s: float) -> int:
         k = len(self.times)

@@ -12,6 +12,10 @@ A fluid model per step over the active pulls (a pull is one node fetching one di
   models as every origin-bound byte being slowed by the same factor.
 
 300 nodes × 140 GB from a 100 GB/s origin with no P2P take 42 TB / 100 GB/s = 420 s of transfer.
+
+Pulls on one node split its NIC. Competing pullers (batch/eval jobs, ``twin/pullers.py``) pull
+negative digests: they share the origin and the NICs, their bytes are counted apart, and they
+never satisfy a serving replica.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ class RegionSupply:
     errors_503: float = 0.0
     errors_429: float = 0.0
     peak_gbps_per_node: float = 0.0
+    interval_peak_gbps_per_node: float = 0.0  # since the last scrape (the scrape resets it)
+    pull_seconds: float = 0.0  # node-seconds spent pulling serving weights
+    competing_origin_gb: float = 0.0  # bytes pulled by competing pullers (negative digests)
+    competing_p2p_gb: float = 0.0
     holders: dict[int, int] = field(default_factory=dict)  # digest -> nodes holding it whole
 
 
@@ -92,6 +100,10 @@ class Supply:
         remaining = np.fromiter((p.remaining_gb for p in pulls), dtype=np.float64, count=len(pulls))
         total = np.fromiter((p.total_gb for p in pulls), dtype=np.float64, count=len(pulls))
         want = nic_gbps[node]
+        if len(pulls) > 1:  # pulls on one node share its NIC (a competing puller, say)
+            per_node = np.bincount(node)[node]
+            if per_node.max() > 1:
+                want = want / per_node
         hit = np.zeros(len(pulls))
         for r_idx, rs in enumerate(self.regions):
             in_r = region == r_idx
@@ -108,7 +120,8 @@ class Supply:
                 )
                 hit[grp] = h
         can_origin = origin_ok[node] & np.fromiter(
-            ((int(r), int(d)) in available for r, d in zip(region, digest, strict=True)),
+            # competing pullers (negative digests) pull what the registry already holds
+            (d < 0 or (int(r), int(d)) in available for r, d in zip(region, digest, strict=True)),
             dtype=bool,
             count=len(pulls),
         )
@@ -137,9 +150,15 @@ class Supply:
         done: list[Pull] = []
         for i, p in enumerate(pulls):
             rs = self.regions[p.region]
-            rs.origin_gb += float(origin_moved[i])
-            rs.p2p_gb += float(moved[i] - origin_moved[i])
-            rs.peak_gbps_per_node = max(rs.peak_gbps_per_node, float(rate[i]))
+            if p.digest < 0:
+                rs.competing_origin_gb += float(origin_moved[i])
+                rs.competing_p2p_gb += float(moved[i] - origin_moved[i])
+            else:
+                rs.origin_gb += float(origin_moved[i])
+                rs.p2p_gb += float(moved[i] - origin_moved[i])
+                rs.pull_seconds += dt_s
+                rs.peak_gbps_per_node = max(rs.peak_gbps_per_node, float(rate[i]))
+                rs.interval_peak_gbps_per_node = max(rs.interval_peak_gbps_per_node, float(rate[i]))
             self.last_rate_gbps[(p.node, p.digest)] = float(rate[i])
             p.remaining_gb -= float(moved[i])
             if p.remaining_gb <= 1e-9:
