@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import cast
@@ -26,6 +26,10 @@ __all__ = ["MetricsServer", "wants_openmetrics"]
 logger = logging.getLogger(__name__)
 
 Render = Callable[[], str]
+# A JSON API mounted under /v1/ (the twin's control API): (method, path?query, headers, body)
+# -> (status, body, content type). It does its own authorization.
+Api = Callable[[str, str, Mapping[str, str], bytes], tuple[int, str, str]]
+MAX_API_BODY_BYTES = 1 << 20
 
 _TEXT_PLAIN = "text/plain; charset=utf-8"
 
@@ -61,9 +65,11 @@ class _Server(ThreadingHTTPServer):
         render: Render,
         render_openmetrics: Render | None,
         family: socket.AddressFamily,
+        api: Api | None = None,
     ) -> None:
         self.address_family = family
         self.render = render
+        self.api = api
         self.render_openmetrics = render_openmetrics
         super().__init__(address, _Handler)
 
@@ -77,10 +83,24 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._serve(with_body=False)
 
-    def _serve(self, *, with_body: bool) -> None:
+    def do_POST(self) -> None:
+        self._serve(with_body=True, method="POST")
+
+    def _serve(self, *, with_body: bool, method: str = "GET") -> None:
         server = cast(_Server, self.server)
         path = urlsplit(self.path).path
-        if path == "/metrics":
+        if server.api is not None and path.startswith("/v1/"):
+            raw_length = self.headers.get("Content-Length") or "0"
+            length = int(raw_length) if raw_length.isdigit() else -1
+            if not 0 <= length <= MAX_API_BODY_BYTES:
+                self._reply(413, "request body too large\n", _TEXT_PLAIN, with_body=with_body)
+                return
+            payload = self.rfile.read(length) if length else b""
+            status, text, content_type = server.api(method, self.path, dict(self.headers), payload)
+            self._reply(status, text, content_type, with_body=with_body)
+        elif method == "POST":
+            self._reply(405, f"{path} takes GET\n", _TEXT_PLAIN, with_body=with_body)
+        elif path == "/metrics":
             openmetrics = server.render_openmetrics is not None and wants_openmetrics(
                 self.headers.get("Accept")
             )
@@ -120,7 +140,8 @@ class MetricsServer:
 
     ``render`` returns the classic text format 0.0.4; ``render_openmetrics``, when given, is
     used for scrapers whose ``Accept`` header asks for OpenMetrics. Both are called on the
-    request's own thread, possibly concurrently. Port 0 picks a free port; read it from ``port``
+    request's own thread, possibly concurrently. ``api``, when given, answers every request
+    under ``/v1/`` (GET and POST; see ``Api``). Port 0 picks a free port; read it from ``port``
     after ``start()``.
     """
 
@@ -131,9 +152,11 @@ class MetricsServer:
         host: str = "127.0.0.1",
         port: int = 0,
         render_openmetrics: Render | None = None,
+        api: Api | None = None,
     ) -> None:
         self._render = render
         self._render_openmetrics = render_openmetrics
+        self._api = api
         self._host = host
         self._requested_port = port
         self._server: _Server | None = None
@@ -149,6 +172,7 @@ class MetricsServer:
             render=self._render,
             render_openmetrics=self._render_openmetrics,
             family=family,
+            api=self._api,
         )
         thread = threading.Thread(
             target=server.serve_forever,

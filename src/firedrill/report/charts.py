@@ -140,11 +140,13 @@ def bar_chart(
     log: bool = False,
     missing: str = "never",
     width: int = 900,
+    marks: Sequence[tuple[str, float]] = (),
 ) -> str:
     """Horizontal grouped bars: one group per category, one bar per series; inline SVG.
 
     The axis runs from the first to the last tick (log10 when ``log``); values outside are
-    clipped to it and ``None`` is written as ``missing``.
+    clipped to it and ``None`` is written as ``missing``. ``marks`` are labelled vertical
+    reference lines (a budget, a target) drawn over the bars.
     """
     label_w, right_pad, bar_h, gap, top = 290, 70, 11, 10, 46  # px; right_pad holds values
     plot_w = width - label_w - right_pad
@@ -201,6 +203,14 @@ def bar_chart(
                 f'<text x="{label_w + bw + 4:.1f}" y="{by + bar_h - 2}" class="value">'
                 f"{e(fmt(v))}</text>"
             )
+    for name, v in marks:
+        mx = x(v)
+        out.append(
+            f'<line x1="{mx:.1f}" y1="{top - 8}" x2="{mx:.1f}" y2="{axis_y}" stroke="#c0392b" '
+            f'stroke-width="1.5" stroke-dasharray="6 3" class="mark"/>'
+            f'<text x="{mx + 4:.1f}" y="{axis_y + 26}" class="mark-label">'
+            f"{e(name)} {e(fmt(v))}</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 

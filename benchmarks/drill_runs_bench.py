@@ -1,0 +1,180 @@
+"""Many runs of a game day (`gameday run --runs N`): sweeps on local processes and on Ray.
+
+Targets (BENCHMARKS.md, "Game days"): 1,000 runs of the 1-hour L5 drill in ≤ 10 min on 2 cores
+with processes, and how Ray scales with workers. ``drill_bench.py`` times one run; this script
+(also reached as ``drill_bench.py --runs N``) times sweeps and says where a run's time goes:
+
+    .venv/bin/python benchmarks/drill_runs_bench.py --runs 1000 --executor process --workers 2
+    .venv/bin/python benchmarks/drill_runs_bench.py --runs 100 --executor ray --workers 1,2
+    .venv/bin/python benchmarks/drill_runs_bench.py --profile      # one run's time by package
+
+A sweep runs the drill with ``firedrill.drill.many`` for each executor and worker count given,
+and prints the total wall time, runs/s, wall seconds per run per worker (what one run costs a
+worker, pool start-up included), CPU seconds per run and the cores used on average (processes
+only: Ray's workers are not this process's children), the pass rate and the p50/p95/p99 of the
+measured RTO; when several sweeps of the same size ran, it says whether their summaries are
+identical (they must be). ``--profile`` runs the drill once under cProfile (after a warm-up
+run) and prints the time by package (twin, detection, drill runner, …) and the top functions.
+The machine is printed first; ``--json PATH`` also writes the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import resource
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from twin_bench import machine_info
+
+from firedrill.drill.many import DrillJob, Executor, ProcessExecutor, SerialExecutor, run_many
+from firedrill.drill.run import run_drill
+from firedrill.specfile import load_drill
+
+ROOT = Path(__file__).resolve().parents[1]
+DRILL = ROOT / "examples" / "drills" / "l5-region-blackhole.yaml"
+
+
+def _job(path: Path) -> DrillJob:
+    d = load_drill(path)
+    return DrillJob(d.spec, d.fleet, d.slo, d.policy, d.spec_sha256)
+
+
+def _executor(kind: str, workers: int) -> Executor:
+    if kind == "ray":
+        from firedrill.adapters.ray_executor import RayExecutor
+
+        return RayExecutor(workers=workers, init_options={"include_dashboard": False})
+    if kind == "serial":
+        return SerialExecutor()
+    return ProcessExecutor(workers)
+
+
+def sweeps(
+    path: Path, runs: int, seed: int, kinds: list[str], workers: list[int]
+) -> list[dict[str, Any]]:
+    job = _job(path)
+    out: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    for kind in kinds:
+        for k in workers:
+            done = [0]
+
+            def tick(_o: Any, done: list[int] = done) -> None:
+                done[0] += 1
+                if done[0] % max(1, runs // 20) == 0:
+                    print(f"  {done[0]}/{runs}", file=sys.stderr, flush=True)
+
+            c0 = _cpu_s()
+            w0 = time.perf_counter()
+            summary = run_many(job, runs=runs, seed=seed, executor=_executor(kind, k), done=tick)
+            wall = time.perf_counter() - w0
+            # CPU of this process and its joined children (the pool's workers); Ray's workers
+            # are the raylet's children, not ours: not counted
+            cpu = _cpu_s() - c0 if kind != "ray" else None
+            summaries.append(summary)
+            row = {
+                "executor": kind,
+                "workers": k,
+                "runs": runs,
+                "wall_s": round(wall, 2),
+                "runs_per_s": round(runs / wall, 3),
+                "s_per_run_per_worker": round(wall * k / runs, 3),
+                "cpu_s_per_run": None if cpu is None else round(cpu / runs, 3),
+                "cores_used": None if cpu is None else round(cpu / wall, 2),
+                "pass_rate": summary["pass_rate"],
+                "verdicts": summary["verdicts"],
+                "measured_rto": {p: summary["measured"][p] for p in ("p50", "p95", "p99")},
+            }
+            out.append(row)
+            used = "" if cpu is None else f" ({cpu / runs:.2f} cpu s/run, {cpu / wall:.2f} cores)"
+            print(
+                f"{kind:<8} {k:>2} workers: {runs} runs in {wall:8.1f} s wall, "
+                f"{runs / wall:6.2f} runs/s, {wall * k / runs:5.2f} s/run/worker{used}; pass rate "
+                f"{summary['pass_rate']:.1%}; measured RTO p50/p95/p99 "
+                f"{row['measured_rto']['p50']}/{row['measured_rto']['p95']}/"
+                f"{row['measured_rto']['p99']} s",
+                flush=True,
+            )
+    if len(summaries) > 1:
+        same = all(s == summaries[0] for s in summaries[1:])
+        print(f"summaries identical across executors and worker counts: {'yes' if same else 'NO'}")
+        for row in out:
+            row["identical"] = same
+    return out
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+AREAS = (
+    ("firedrill/twin/", "twin (simulation step, scrape, series)"),
+    ("firedrill/detect/", "detection (burn-rate and cause alerts)"),
+    ("firedrill/drill/", "drill runner (observe, stop conditions, expr, report)"),
+    ("firedrill/remediate/", "remediation controller"),
+    ("firedrill/respond/", "response (levers, guards, incidents)"),
+    ("firedrill/", "other firedrill"),
+    ("numpy", "numpy (called from the above)"),
+)
+
+
+def profile(path: Path, top: int) -> dict[str, Any]:
+    job = _job(path)
+    run_drill(job.spec, job.fleet, job.slo, job.policy)  # warm-up
+    prof = cProfile.Profile()
+    prof.enable()
+    run_drill(job.spec, job.fleet, job.slo, job.policy)
+    prof.disable()
+    stats = pstats.Stats(prof)
+    by_area: dict[str, float] = defaultdict(float)
+    total = 0.0
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for (file, _line, _name), (_cc, _nc, tottime, _ct, _callers) in raw.items():
+        total += tottime
+        area = next((title for key, title in AREAS if key in file), "python and other libraries")
+        by_area[area] += tottime
+    print(f"one run under cProfile: {total:.2f} s (profiling roughly doubles the time)")
+    for area, t in sorted(by_area.items(), key=lambda x: -x[1]):
+        print(f"  {t / total:6.1%}  {t:6.2f} s  {area}")
+    stats.sort_stats("tottime").print_stats(top)
+    return {"total_s": round(total, 3), "by_area_s": {k: round(v, 3) for k, v in by_area.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--drill", type=Path, default=DRILL)
+    ap.add_argument("--runs", type=int, default=1000, help="runs per sweep")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--executor", default="process", help="process, ray or serial; comma list")
+    ap.add_argument("--workers", default="2", help="comma-separated worker counts")
+    ap.add_argument("--profile", action="store_true", help="profile one run instead")
+    ap.add_argument("--top", type=int, default=25, help="--profile: functions to list")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    machine = machine_info()
+    print(" ".join(f"{k}={v}" for k, v in machine.items()))
+    results: Any
+    if args.profile:
+        results = profile(args.drill, args.top)
+    else:
+        kinds = [k.strip() for k in args.executor.split(",") if k.strip()]
+        workers = [int(w) for w in args.workers.split(",") if w.strip()]
+        results = sweeps(args.drill, args.runs, args.seed, kinds, workers)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"machine": machine, "results": results}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

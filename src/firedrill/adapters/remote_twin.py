@@ -1,0 +1,268 @@
+"""``RemoteTwin``: the Fleet, Signals and Clock ports over a ``firedrill twin serve`` control API.
+
+A drill that runs against a twin in another process can be killed without taking the world with
+it, which is exactly what recovery has to handle; and the chaos side of a drill then holds only
+a bearer token with inject-only rights, never the world itself. The server side is
+``adapters/twin_api.py``.
+
+Errors: the twin's refusals come back as the same types the in-process twin raises
+(``UnknownTargetError`` for a target that does not exist, ``OperationError`` for an operation the
+state does not allow), so the control plane cannot tell the two worlds apart. Anything else (no
+connection, a wrong token, a malformed answer) is a ``RemoteWorldError`` naming the URL, chained
+to the transport's exception.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+import numpy.typing as npt
+
+from firedrill.drill.journal import decode_op, encode_op
+from firedrill.drill.wire import WireError, from_wire
+from firedrill.errors import JournalError, OperationError, RemoteWorldError, UnknownTargetError
+from firedrill.model.changes import ChangeEvent
+from firedrill.model.operations import Operation
+from firedrill.model.series import Labels, Series
+from firedrill.model.state import CellView, NodeView
+
+__all__ = ["TOKEN_ENV", "RemoteTwin", "load_token"]
+
+TOKEN_ENV = "FIREDRILL_TWIN_TOKEN"
+DEFAULT_TIMEOUT_S = 30.0  # seconds; an advance of hours of simulated time takes a while
+
+
+def load_token(token_file: Path | None, environ: Mapping[str, str] | None = None) -> str:
+    """The control token: ``$FIREDRILL_TWIN_TOKEN`` if set, else the first line of the file."""
+    env = os.environ if environ is None else environ
+    from_env = env.get(TOKEN_ENV, "").strip()
+    if from_env:
+        return from_env
+    if token_file is None:
+        raise RemoteWorldError(f"no control token: set {TOKEN_ENV} or pass a token file")
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise RemoteWorldError(f"cannot read the control token from {token_file}: {exc}") from exc
+    if not token:
+        raise RemoteWorldError(f"{token_file}: the control token file is empty")
+    return token
+
+
+def _nan(value: object) -> float:
+    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _labels(raw: object) -> Labels:
+    if not isinstance(raw, list):
+        raise WireError(f"labels must be a list, got {raw!r}")
+    return tuple((str(k), str(v)) for k, v in raw)
+
+
+class RemoteTwin:
+    """A twin served by ``firedrill twin serve``, reached at ``url`` with a bearer ``token``."""
+
+    def __init__(self, url: str, token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise RemoteWorldError(f"a remote twin URL is http(s)://HOST:PORT, got {url!r}")
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"RemoteTwin({self.url!r})"  # never the token
+
+    # transport
+
+    def _call(
+        self, method: str, path: str, params: Sequence[tuple[str, str]] = (), body: object = None
+    ) -> Any:
+        url = f"{self.url}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(list(params))
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self._token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raw = exc.read()
+            self._raise_refusal(exc.code, raw, f"{method} {path}", exc)
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise RemoteWorldError(f"cannot reach the twin at {self.url}: {reason}") from exc
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RemoteWorldError(f"{method} {url}: the answer is not JSON") from exc
+
+    def _raise_refusal(self, status: int, raw: bytes, what: str, exc: Exception) -> NoReturn:
+        try:
+            answer = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            answer = {}
+        if not isinstance(answer, dict):
+            answer = {}
+        message = str(answer.get("error") or raw[:200].decode(errors="replace").strip())
+        kind = answer.get("kind")
+        if kind == "unknown_target":
+            raise UnknownTargetError(
+                str(answer.get("target_kind")), str(answer.get("name"))
+            ) from exc
+        if kind == "operation":
+            raise OperationError(message) from exc
+        if status == 401:
+            raise RemoteWorldError(
+                f"the twin at {self.url} refused the control token (401): {message}", status=401
+            ) from exc
+        if status == 404 and not answer:
+            message = "no control API here (is `twin serve` running with --control?)"
+        raise RemoteWorldError(f"{what} at {self.url}: {status} {message}", status=status) from exc
+
+    def _field(
+        self,
+        method: str,
+        path: str,
+        key: str,
+        params: Sequence[tuple[str, str]] = (),
+        body: object = None,
+    ) -> Any:
+        """One field of the JSON object an endpoint answers."""
+        answer = self._call(method, path, params, body)
+        if not isinstance(answer, dict) or key not in answer:
+            raise RemoteWorldError(f"{method} {self.url}{path}: the answer has no '{key}'")
+        return answer[key]
+
+    def _decode(self, what: str, decode: Any, raw: object) -> Any:
+        try:
+            return decode(raw)
+        except (WireError, JournalError, TypeError, ValueError, KeyError) as exc:
+            raise RemoteWorldError(f"{self.url}: a malformed {what}: {exc}") from exc
+
+    # Clock
+
+    def now_s(self) -> float:
+        return float(self._field("GET", "/v1/now", "now_s"))
+
+    def advance(self, seconds: float) -> None:
+        self._call("POST", "/v1/advance", body={"seconds": seconds})
+
+    # Fleet
+
+    def apply(self, op: Operation) -> Operation:
+        inverse: Operation = self._decode(
+            "inverse", decode_op, self._call("POST", "/v1/apply", body=encode_op(op))
+        )
+        return inverse
+
+    def inverse_of(self, op: Operation) -> Operation:
+        inverse: Operation = self._decode(
+            "inverse", decode_op, self._call("POST", "/v1/inverse", body=encode_op(op))
+        )
+        return inverse
+
+    def node(self, name: str) -> NodeView:
+        nodes = self._field("GET", "/v1/nodes", "nodes", [("name", name)])
+        view: NodeView = self._decode("node", lambda raw: from_wire(NodeView, raw[0]), nodes)
+        return view
+
+    def node_views(self, *, cell: str | None = None) -> Sequence[NodeView]:
+        params = [] if cell is None else [("cell", cell)]
+        nodes = self._field("GET", "/v1/nodes", "nodes", params)
+        views: list[NodeView] = self._decode(
+            "node list", lambda raw: [from_wire(NodeView, n) for n in raw], nodes
+        )
+        return views
+
+    def pods_on(self, node: str, gpu: int | None = None) -> Sequence[str]:
+        params = [("node", node)] + ([] if gpu is None else [("gpu", str(gpu))])
+        return [str(p) for p in self._field("GET", "/v1/pods", "pods", params)]
+
+    def burn_in_result(self, node: str) -> tuple[float, bool, str] | None:
+        result = self._field("GET", "/v1/burn_in", "result", [("node", node)])
+        if result is None:
+            return None
+        at_s, passed, detail = result
+        return float(at_s), bool(passed), str(detail)
+
+    def cells(self) -> Sequence[CellView]:
+        cells = self._field("GET", "/v1/cells", "cells")
+        views: list[CellView] = self._decode(
+            "cell list", lambda raw: [from_wire(CellView, c) for c in raw], cells
+        )
+        return views
+
+    def changes(self, *, since_s: float, cell: str | None = None) -> Sequence[ChangeEvent]:
+        params = [("since_s", repr(float(since_s)))] + ([] if cell is None else [("cell", cell)])
+        changes = self._field("GET", "/v1/changes", "changes", params)
+        events: list[ChangeEvent] = self._decode(
+            "change list", lambda raw: [from_wire(ChangeEvent, c) for c in raw], changes
+        )
+        return events
+
+    # Signals
+
+    def series_names(self) -> Sequence[str]:
+        return [str(n) for n in self._field("GET", "/v1/series", "names")]
+
+    def query(
+        self,
+        name: str,
+        matchers: Mapping[str, str] | None = None,
+        *,
+        start_s: float,
+        end_s: float,
+    ) -> Sequence[Series]:
+        params = [("name", name), ("start_s", repr(float(start_s))), ("end_s", repr(float(end_s)))]
+        params += [("match", f"{k}={v}") for k, v in (matchers or {}).items()]
+        answer = self._call("GET", "/v1/query", params)
+
+        def decode(raw: Any) -> list[Series]:
+            return [
+                Series(
+                    name=str(s["name"]),
+                    labels=_labels(s["labels"]),
+                    t_s=np.array(s["t_s"], dtype=np.float64),
+                    values=np.array([_nan(v) for v in s["values"]], dtype=np.float64),
+                )
+                for s in raw["series"]
+            ]
+
+        series: list[Series] = self._decode("series", decode, answer)
+        return series
+
+    def instant(
+        self, name: str, matchers: Mapping[str, str] | None = None
+    ) -> tuple[float, Sequence[Labels], npt.NDArray[np.float64]]:
+        params = [("name", name)] + [("match", f"{k}={v}") for k, v in (matchers or {}).items()]
+        answer = self._call("GET", "/v1/instant", params)
+
+        def decode(raw: Any) -> tuple[float, list[Labels], npt.NDArray[np.float64]]:
+            values = np.array([_nan(v) for v in raw["values"]], dtype=np.float64)
+            return float(raw["t_s"]), [_labels(lab) for lab in raw["labels"]], values
+
+        result: tuple[float, list[Labels], npt.NDArray[np.float64]] = self._decode(
+            "instant vector", decode, answer
+        )
+        return result
+
+    # beyond the ports: what a drill left behind
+
+    def injected(self) -> list[dict[str, Any]]:
+        """What differs from the twin's baseline (``GET /v1/injected``)."""
+        found: list[dict[str, Any]] = self._field("GET", "/v1/injected", "injected")
+        return found

@@ -1,0 +1,225 @@
+"""``firedrill gameday run DRILL --runs N``: the drill N times with jitter, and the distributions.
+
+Thin entry point over `firedrill.drill.many`: builds the executor (local processes by default,
+or Ray: a local cluster, or the one at ``--ray-address``), shows a progress bar counting finished
+runs, writes the summary as JSON, Markdown and HTML (``drill.report.render_many_*``), prints the
+pass rate, the RTO terms' p50/p95/p99 against the plan and the runs that did not pass with the
+command that reruns each alone, and exits 0 when the pass rate reaches ``--min-pass-rate``
+(default: every run passed), 1 otherwise, 130 when cancelled with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from firedrill.errors import FiredrillError
+
+if TYPE_CHECKING:
+    from firedrill.drill.many import Executor, RunOutcome
+
+EXIT_FAILED = 1
+EXIT_SPEC = 4
+EXIT_CANCELLED = 130  # the shell's code for a process ended by SIGINT
+SHOWN_NOT_PASSED = 10  # runs that did not pass, listed on the terminal (all are in the JSON)
+
+console = Console()
+err = Console(stderr=True)
+
+
+class ExecutorKind(enum.StrEnum):
+    """Where the runs execute."""
+
+    process = "process"
+    ray = "ray"
+
+
+def make_executor(kind: ExecutorKind, workers: int | None, ray_address: str | None) -> Executor:
+    """The executor for ``--executor`` (Ray is imported only when asked for); one process
+    worker runs in this process."""
+    from firedrill.drill.many import ProcessExecutor, SerialExecutor
+
+    if kind is ExecutorKind.ray:
+        from firedrill.adapters.ray_executor import RayExecutor
+
+        return RayExecutor(address=ray_address, workers=workers)
+    if ray_address is not None:
+        raise typer.BadParameter("--ray-address needs --executor ray", param_hint="--ray-address")
+    return SerialExecutor() if workers == 1 else ProcessExecutor(workers)
+
+
+def _secs(v: Any) -> str:
+    if v is None:
+        return "—"
+    x = float(v)
+    return f"{x:.1f} s" if x < 600 else f"{x / 60:.1f} min"
+
+
+def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
+    from firedrill.drill.many import rerun_command
+
+    v = summary["verdicts"]
+    rate = summary["pass_rate"]
+    colour = "green" if v["passed"] == summary["runs"] else "bold red"
+    console.print(
+        f"[{colour}]pass rate {rate:.1%}[/] over {summary['runs']} runs of {summary['drill']} "
+        f"(seed {summary['seed']}): {v['passed']} passed, {v['failed']} failed, "
+        f"{v['aborted']} aborted" + (f", {v['refused']} refused" if v["refused"] else ""),
+        highlight=False,
+    )
+    budget = summary.get("budget_s")
+    t = Table(title=f"RTO terms over the runs (budget {_secs(budget)})", header_style="bold")
+    for col in ("term", "plan", "p50", "p95", "p99", "measured in"):
+        t.add_column(col)
+    planned = summary.get("planned") or {}
+    rows = [(k, d, planned.get(k)) for k, d in summary["terms"].items()]
+    rows.append(("measured RTO", summary["measured"], budget))
+    for key, d, plan in rows:
+        p99 = d.get("p99")
+        over = p99 is not None and plan is not None and p99 > plan
+        t.add_row(
+            key.removesuffix("_s").replace("_", " "),
+            _secs(plan),
+            _secs(d.get("p50")),
+            _secs(d.get("p95")),
+            ("[red]" if over else "") + _secs(p99),
+            f"{d['n']} runs",
+        )
+    console.print(t)
+    fired = [s for s in summary["stop_conditions"] if s["fired"]]
+    if fired:
+        console.print(
+            "stop conditions fired: "
+            + ", ".join(f"{s['name']} in {s['fired']} runs" for s in fired),
+            highlight=False,
+        )
+    bad = summary["not_passed"]
+    if bad:
+        t = Table(title=f"runs that did not pass ({len(bad)})", header_style="bold")
+        for col in ("run", "verdict", "reason", "rerun alone"):
+            t.add_column(col)
+        for r in bad[:SHOWN_NOT_PASSED]:
+            t.add_row(
+                str(r["index"]), r["verdict"], r["reason"][:80], rerun_command(spec_path, r["seed"])
+            )
+        console.print(t)
+        if len(bad) > SHOWN_NOT_PASSED:
+            console.print(f"… and {len(bad) - SHOWN_NOT_PASSED} more (every one in the JSON)")
+
+
+def _write(
+    summary: dict[str, Any], *, json_out: Path | None, md_out: Path | None, html_out: Path | None
+) -> list[Path]:
+    from firedrill.drill.report import render_many_html, render_many_markdown
+
+    written: list[Path] = []
+    for path, render in (
+        (json_out, lambda s: json.dumps(s, indent=2, allow_nan=False) + "\n"),
+        (md_out, render_many_markdown),
+        (html_out, render_many_html),
+    ):
+        if path is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(summary))
+        written.append(path)
+    return written
+
+
+def run_sweep(
+    loaded: Any,
+    spec: Any,
+    *,
+    runs: int,
+    seed: int,
+    executor: ExecutorKind,
+    workers: int | None,
+    ray_address: str | None,
+    json_out: Path | None,
+    md_out: Path | None,
+    html_out: Path | None,
+    out: Path | None,
+    min_pass_rate: float,
+    quiet: bool,
+    target: str | None = None,
+    db: str | None = None,
+) -> int:
+    """Run the sweep and report it; returns the exit code."""
+    from firedrill.drill.many import DrillJob, run_many, usable_cpus
+
+    if target is not None or db is not None:
+        raise typer.BadParameter(
+            "--runs sweeps the embedded twin; --target and --db are for a single run",
+            param_hint="--runs",
+        )
+    if not 0.0 <= min_pass_rate <= 1.0:
+        raise typer.BadParameter("a rate between 0 and 1", param_hint="--min-pass-rate")
+    ex = make_executor(executor, workers, ray_address)
+    job = DrillJob(spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256)
+    counts = {"passed": 0, "failed": 0, "aborted": 0, "refused": 0}
+    where = ray_address or "local"
+    n = workers or (min(usable_cpus(), runs) if executor is ExecutorKind.process else None)
+    how = f"{executor.value}, " + ("every CPU of the cluster" if n is None else f"{n} worker")
+    how += "s" if n is not None and n > 1 else ""
+    how += f", {where}" if executor is ExecutorKind.ray else ""
+    wall0 = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]gameday[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"{spec.name} ({how})", total=runs)
+
+        def done(o: RunOutcome) -> None:
+            counts[o.verdict] = counts.get(o.verdict, 0) + 1
+            text = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+            progress.update(task, advance=1, description=f"{spec.name} ({how}): {text}")
+
+        try:
+            summary = run_many(job, runs=runs, seed=seed, executor=ex, done=done)
+        except KeyboardInterrupt:
+            progress.stop()
+            finished = sum(counts.values())
+            err.print(
+                f"[bold red]cancelled[/] after {finished} of {runs} runs; every worker stopped, "
+                "nothing written",
+                highlight=False,
+            )
+            return EXIT_CANCELLED
+        except FiredrillError as exc:
+            progress.stop()
+            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            return EXIT_SPEC
+    wall = time.perf_counter() - wall0
+    summary["spec_path"] = str(loaded.path)
+    if out is not None:
+        json_out = json_out or out / "summary.json"
+        md_out = md_out or out / "summary.md"
+        html_out = html_out or out / "summary.html"
+    written = _write(summary, json_out=json_out, md_out=md_out, html_out=html_out)
+    if not quiet:
+        _print_summary(summary, str(loaded.path))
+        for path in written:
+            console.print(f"wrote [bold]{path}[/]")
+        console.print(f"{runs} runs in {wall:.1f} s wall ({runs / wall:.2f} runs/s; {how})")
+    return 0 if summary["pass_rate"] >= min_pass_rate else EXIT_FAILED
