@@ -6,10 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test tools lint typecheck layers unit bench clean
 
-# The real tools the tests check the generated config with (Debian/Ubuntu package names), and
-# the PostgreSQL server the store tests start on loopback (its binaries are not on PATH).
-TOOLS     := promtool amtool $(or $(FIREDRILL_ALERTMANAGER),prometheus-alertmanager)
-TOOL_PKGS := prometheus prometheus-alertmanager postgresql
+# The real tools the tests check the generated config with (Debian/Ubuntu package names), the
+# PostgreSQL server the store tests start on loopback (its binaries are not on PATH), and the
+# headless Chromium the report tests render the HTML game-day reports with.
+TOOLS     := promtool amtool $(or $(FIREDRILL_ALERTMANAGER),prometheus-alertmanager) chromium
+TOOL_PKGS := prometheus prometheus-alertmanager postgresql chromium
 PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 
 $(STAMP): pyproject.toml
@@ -18,14 +19,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## demo: create the environment and run the main job on the built-in demo fleet
+## demo: create the environment and run the main job on the built-in demo fleet: the L5 game day
+## (us-east-1 blackholed for llm-70b); prints the verdict table, writes out/demo/report.{md,html}
 demo: $(STAMP)
-	$(BIN)/firedrill twin run examples/fleet.yaml --hours 1 --seed 7 --out out/demo
+	$(BIN)/firedrill gameday run examples/drills/l5-region-blackhole.yaml --seed 7 --out out/demo
 
 ## test: install what the tests need and run the whole suite (lint, types, layers, tests)
 test: $(STAMP) tools lint typecheck layers unit
 
-## tools: install promtool, amtool, Alertmanager and PostgreSQL from apt if any is missing
+## tools: install promtool, amtool, Alertmanager, PostgreSQL and Chromium from apt if missing
 ## (no-op otherwise); services the packages start are stopped: the tests start their own
 tools:
 	@missing=""; for t in $(TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
@@ -60,6 +62,7 @@ unit: $(STAMP) tools
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/twin_bench.py
+	$(BIN)/python benchmarks/drill_bench.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

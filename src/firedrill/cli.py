@@ -21,6 +21,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from firedrill import __version__
+from firedrill.cli_export_drill import register as register_export_drill
+from firedrill.cli_gameday import register as register_gameday
+from firedrill.cli_incident import incident_app
+from firedrill.cli_security import register as register_security
 from firedrill.errors import FiredrillError, SpecError
 from firedrill.model.series import Series
 from firedrill.model.spec import FleetSpec
@@ -43,6 +47,10 @@ export_app = typer.Typer(help="Manifests for the real tools.", no_args_is_help=T
 app.add_typer(export_app, name="export")
 audit_app = typer.Typer(help="The store's append-only audit log.", no_args_is_help=True)
 app.add_typer(audit_app, name="audit")
+app.add_typer(incident_app, name="incident")
+register_security(export_app, audit_app)  # export evidence, audit evidence
+register_gameday(app)  # gameday run, plan, recover, ladder
+register_export_drill(export_app)  # export chaos-mesh, export fis
 
 console = Console()
 err = Console(stderr=True)
@@ -56,6 +64,7 @@ class SchemaKind(StrEnum):
     slo = "slo"
     policy = "policy"
     scenario = "scenario"
+    drill = "drill"
 
 
 class SeriesFormat(StrEnum):
@@ -105,6 +114,7 @@ def _root(
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec.")]) -> None:
     """Print the JSON Schema of a spec (for editors and CI validation)."""
     from firedrill.detect.slo import SloSpec
+    from firedrill.drill.spec import DrillSpec
     from firedrill.remediate.policy import PolicySpec
     from firedrill.scenario.spec import ScenarioSpec
     from firedrill.specfile import json_schema
@@ -114,6 +124,7 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec.")]) -> N
         SchemaKind.slo: SloSpec,
         SchemaKind.policy: PolicySpec,
         SchemaKind.scenario: ScenarioSpec,
+        SchemaKind.drill: DrillSpec,
     }
     sys.stdout.write(json.dumps(json_schema(models[kind]), indent=2, sort_keys=False) + "\n")
 
@@ -297,9 +308,23 @@ def twin_serve(
             min=0.0, help="Stop after this many simulated hours (0: run until interrupted)."
         ),
     ] = 0.0,
+    control: Annotated[
+        bool | None,
+        typer.Option(
+            "--control/--no-control",
+            help="Serve the control API on /v1/ (default: on when bound to loopback only).",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path, typer.Option(help="Where to write the control API's bearer token (mode 0600).")
+    ] = Path(".firedrill/twin-token"),
+    manual_clock: Annotated[
+        bool, typer.Option(help="Time moves only on POST /v1/advance, not with the wall clock.")
+    ] = False,
 ) -> None:
     """Run the twin live and serve its series on /metrics for a real Prometheus to scrape."""
     from firedrill.adapters.metrics_server import MetricsServer
+    from firedrill.adapters.twin_api import control_api
     from firedrill.twin.engine import Twin
     from firedrill.twin.exposition import to_openmetrics, to_prometheus_text
 
@@ -322,9 +347,18 @@ def twin_serve(
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    server = MetricsServer(render, host=host, port=port, render_openmetrics=render_om)
+    api = control_api(twin, lock, host=host, enabled=control, token_file=token_file)
+    server = MetricsServer(
+        render,
+        host=host,
+        port=port,
+        render_openmetrics=render_om,
+        api=None if api is None else api.handle,
+    )
     server.start()
     console.print(f"serving [bold]{spec.name}[/] on {server.url}/metrics at {speed:g}x")
+    if api is not None:
+        console.print(f"control API on {server.url}/v1/ (bearer token in {token_file})")
     wall0 = time.monotonic()
     try:
         while not stop.is_set():
@@ -332,7 +366,7 @@ def twin_serve(
             if hours and twin.t >= hours * 3600.0:
                 break
             with lock:
-                while twin.t + spec.dt_s <= target:
+                while not manual_clock and twin.t + spec.dt_s <= target:
                     twin.step()
             stop.wait(min(0.25, max(spec.dt_s / speed, 0.01)))
     except KeyboardInterrupt:
@@ -471,9 +505,27 @@ def alerting_compare(
 def respond(
     scenario: Annotated[Path, typer.Argument(help="Scenario spec (YAML).")],
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON.")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            envvar="FIREDRILL_DB",
+            help="Also keep the incidents in this store: a SQLite file path, sqlite:///FILE or "
+            "postgresql://USER@HOST/DB (default: not kept).",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar or tables.")] = False,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="Responder mode, advise|auto: propose levers, or apply the allowed ones and "
+            "verify them (default: the scenario's responder policy, else advise).",
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail."""
+    if mode not in (None, "advise", "auto"):
+        raise typer.BadParameter(f"--mode is advise or auto, not {mode!r}", param_hint="--mode")
     from firedrill.scenario.expect import evaluate
     from firedrill.scenario.report import to_json
     from firedrill.scenario.run import run_scenario
@@ -484,10 +536,16 @@ def respond(
         digest = spec_sha256(scenario)
     except SpecError as exc:
         raise _fail(exc) from exc
+    store = _open_incident_store(db)  # before the run: a bad store is refused, nothing run
     with _progress("respond", quiet=quiet) as progress:
         task = progress.add_task(spec.name, total=spec.duration_s)
         run = run_scenario(
-            spec, fleet, slo, policy, progress=lambda t: progress.update(task, completed=t)
+            spec,
+            fleet,
+            slo,
+            policy,
+            progress=lambda t: progress.update(task, completed=t),
+            mode="auto" if mode == "auto" else "advise" if mode == "advise" else None,
         )
     checks = evaluate(run, list(spec.expect))
     data = to_json(run, checks, spec_sha256=digest)
@@ -496,8 +554,32 @@ def respond(
         json_out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     if not quiet:
         _print_scenario(data)
+    if store is not None:  # on the run's UTC clock: its fleet's day starts at start_hour_utc
+        _keep_incidents(store, data, run_at_s=fleet.start_hour_utc * 3600.0)
     if not data["passed"]:
         raise typer.Exit(1)
+
+
+def _open_incident_store(db: str | None) -> Any:
+    from firedrill.cli_incident import open_for_writing
+    from firedrill.errors import StoreError
+
+    try:
+        return None if db is None else open_for_writing(db)
+    except StoreError as exc:
+        raise _fail(exc) from exc
+
+
+def _keep_incidents(store: Any, data: dict[str, Any], *, run_at_s: float) -> None:
+    from firedrill.cli_incident import operator, persist, print_persisted
+    from firedrill.errors import StoreError
+
+    try:
+        with store:
+            kept = persist(store, data, actor=operator(), run_at_s=run_at_s)
+            print_persisted(kept, store.name)
+    except StoreError as exc:
+        raise _fail(exc) from exc
 
 
 def _print_scenario(data: dict[str, Any]) -> None:

@@ -5,7 +5,9 @@
     ├── UnknownTargetError     an operation names a node, cell, model, ... that does not exist
     ├── OperationError         an operation is well-formed but cannot be applied in this state
     ├── ExportError            a window or series selection cannot be exported
-    └── StoreError             the store refused a read or write, or cannot be reached
+    ├── StoreError             the store refused a read or write, or cannot be reached
+    ├── JournalError           a drill journal cannot be written, or a journal file is corrupt
+    └── RemoteWorldError       a remote twin refused a request or cannot be reached
 
 Adapters map third-party exceptions onto these and chain them with ``from exc``.
 """
@@ -68,3 +70,18 @@ class StoreError(FiredrillError):
     A failed write leaves the stored data as it was: the service that raised it rolled back its
     own changes, and the session stays usable.
     """
+
+
+class JournalError(FiredrillError):
+    """A drill journal cannot be written, or a journal file is corrupt (names file and line)."""
+
+
+class RemoteWorldError(FiredrillError):
+    """A remote twin (``firedrill twin serve``) refused a request or cannot be reached.
+
+    ``status`` is the HTTP status when the twin answered (``None`` when it could not be reached).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)

@@ -345,3 +345,41 @@ def _override(model: M, overrides: dict[str, Any], file: str, field: str) -> M:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
         raise SpecError(first["msg"], file=file, line=None, field=f"{field}.{loc}") from exc
+
+
+def load_drill(path: str | Path) -> Any:
+    """A game-day drill (``firedrill.drill.spec.LoadedDrill``), validated against its fleet.
+
+    The fleet, SLO and policy paths are relative to the drill file; ``fleet_overrides`` and
+    ``policy_overrides`` are merged into them. Every refusal of ``drill.validate`` is a
+    `SpecError` naming the drill's file, line and field (all of them in ``errors``).
+    """
+    from firedrill.detect.slo import SloSpec
+    from firedrill.drill.spec import DrillSpec, LoadedDrill
+    from firedrill.drill.validate import validate
+    from firedrill.remediate.policy import PolicySpec
+
+    path = Path(path)
+    file = str(path)
+    root, data = _parse(_read_text(path, file), file)
+    try:
+        spec = DrillSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, root, file) from exc
+    base = path.parent
+    fleet = load_fleet(base / spec.fleet)
+    if spec.fleet_overrides:
+        fleet = _override(fleet, spec.fleet_overrides, file, "fleet_overrides")
+    slo = load_spec(base / spec.slo, SloSpec)
+    policy = load_spec(base / spec.policy, PolicySpec) if spec.policy else PolicySpec()
+    if spec.policy_overrides:
+        policy = _override(policy, spec.policy_overrides, file, "policy_overrides")
+    problems = validate(spec, fleet, slo)
+    if problems:
+        found = []
+        for p in problems:
+            _, line, _ = _locate(root, p.loc, missing=True)
+            found.append(SpecError(p.reason, file=file, line=line, field=p.field or None))
+        first = found[0]
+        raise SpecError(first.reason, file=file, line=first.line, field=first.field, errors=found)
+    return LoadedDrill(spec, fleet, slo, policy, file, spec_sha256(path))
