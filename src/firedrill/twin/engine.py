@@ -777,10 +777,12 @@ class Twin:
             1.0,
         )
         self.kv_usage_sum += self.kv_usage
+        # every ready replica, the prefill ones of a disaggregated pool too
+        ready_all = ready if serving is self.ready else self.ready.astype(np.float64)
         self.util_sum += np.minimum(
-            lam / np.maximum(self.ready * self.max_rps_per_replica, 1e-12), 1.0
+            lam / np.maximum(ready_all * self.max_rps_per_replica, 1e-12), 1.0
         )
-        self.ready_sum += self.ready
+        self.ready_sum += ready_all
         self.samples += 1
         self.tpot_now = tpot
         self.service_now = service
