@@ -12,7 +12,6 @@ prints its plan and injects nothing.
 from __future__ import annotations
 
 import io
-import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from firedrill.cli_many import ExecutorKind
+from firedrill.cli_many import ExecutorKind, as_json, write_outputs
 from firedrill.errors import FiredrillError, SpecError
 
 EXIT_FAILED = 1
@@ -97,18 +96,9 @@ def _write_reports(
     """The JSON result, and the Markdown / HTML reports (``drill.report``)."""
     from firedrill.drill.report import render_html, render_markdown
 
-    written: list[Path] = []
-    for path, render in (
-        (json_out, lambda r: json.dumps(r, indent=2, allow_nan=False) + "\n"),
-        (md_out, render_markdown),
-        (html_out, render_html),
-    ):
-        if path is None:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(report))
-        written.append(path)
-    return written
+    return write_outputs(
+        report, [(json_out, as_json), (md_out, render_markdown), (html_out, render_html)]
+    )
 
 
 # -- rendering -------------------------------------------------------------------------------------

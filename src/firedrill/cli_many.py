@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,23 +123,34 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
             console.print(f"… and {len(bad) - SHOWN_NOT_PASSED} more (every one in the JSON)")
 
 
+def write_outputs(
+    data: dict[str, Any],
+    outputs: Sequence[tuple[Path | None, Callable[[dict[str, Any]], str]]],
+) -> list[Path]:
+    """Write ``data`` through each (path, renderer) whose path is given; the paths written."""
+    written: list[Path] = []
+    for path, render in outputs:
+        if path is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(data))
+        written.append(path)
+    return written
+
+
+def as_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
 def _write(
     summary: dict[str, Any], *, json_out: Path | None, md_out: Path | None, html_out: Path | None
 ) -> list[Path]:
     from firedrill.drill.report import render_many_html, render_many_markdown
 
-    written: list[Path] = []
-    for path, render in (
-        (json_out, lambda s: json.dumps(s, indent=2, allow_nan=False) + "\n"),
-        (md_out, render_many_markdown),
-        (html_out, render_many_html),
-    ):
-        if path is None:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(summary))
-        written.append(path)
-    return written
+    return write_outputs(
+        summary,
+        [(json_out, as_json), (md_out, render_many_markdown), (html_out, render_many_html)],
+    )
 
 
 def run_sweep(
