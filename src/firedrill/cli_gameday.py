@@ -75,6 +75,7 @@ def _ladder_gate(db: str, spec: Any, run_by: str, override: str | None) -> bool:
     return ladder_gate(
         db, model=spec.target.model, rung=spec.rung, run_by=run_by,
         runbook_author=spec.runbook_author, override_reason=override,
+        require_closed_findings=spec.require_closed_findings,
     )  # fmt: skip
 
 
@@ -86,7 +87,7 @@ def _persist(
     return persist_run(
         db, report, model=spec.target.model, rung=spec.rung, run_by=run_by, started_at=started,
         at_s=float(report.get("end_s") or 0.0), runbook_author=spec.runbook_author,
-        override_reason=override,
+        override_reason=override, require_closed_findings=spec.require_closed_findings,
     )  # fmt: skip
 
 
@@ -375,8 +376,9 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
-    """Hook the ``gameday`` sub-app (with ``recover`` and ``ladder``) into the root app."""
-    from firedrill import cli_ladder
+    """Hook the ``gameday`` sub-app (recover, ladder, findings, land, next) into the root."""
+    from firedrill import cli_findings, cli_ladder
 
     cli_ladder.register(gameday_app)
+    cli_findings.register(gameday_app)
     app.add_typer(gameday_app, name="gameday")

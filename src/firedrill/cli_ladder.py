@@ -137,6 +137,7 @@ def ladder(
 ) -> None:
     """Per model: the highest rung passed, what may run next, last successful L5, warnings."""
     from firedrill.drill.ladder import RUNG_NAMES, gate, standings
+    from firedrill.store import findings as action_items
     from firedrill.store import ladder as stored
     from firedrill.store import open_store
 
@@ -144,6 +145,9 @@ def ladder(
     try:
         with open_store(db, read_only=True) as store, store.session() as session:
             history = stored.runs(session=session, model=model)
+            open_items = action_items.counts_by_model(
+                action_items.list_items(session=session, model=model, status="open")
+            )
     except FiredrillError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(EXIT_ERROR) from exc
@@ -151,12 +155,19 @@ def ladder(
         console.print("no drill results yet" + (f" for {model}" if model else ""))
         return
     table = Table(title="drill ladder")
-    for column in ("model", "highest passed", "may run up to", "runs", "L5"):
+    for column in ("model", "highest passed", "may run up to", "runs", "open items", "L5"):
         table.add_column(column)
     rows = standings(history, now)
     for s in rows:
         top = "-" if s.highest_passed is None else f"L{s.highest_passed}"
-        table.add_row(s.model, top, f"L{s.highest_allowed}", str(s.runs), s.last_l5)
+        table.add_row(
+            s.model,
+            top,
+            f"L{s.highest_allowed}",
+            str(s.runs),
+            str(open_items.get(s.model, 0)),
+            s.last_l5,
+        )
     console.print(table)
     if model is not None:
         detail = Table(title=f"{model}, rung by rung")
@@ -188,6 +199,7 @@ def ladder_gate(
     run_by: str,
     runbook_author: str | None = None,
     override_reason: str | None = None,
+    require_closed_findings: bool = False,
     out: Console | None = None,
 ) -> bool:
     """Before a run: may this rung run for this model? Prints the gate and rotation warnings.
@@ -209,6 +221,7 @@ def ladder_gate(
                     run_by=run_by,
                     runbook_author=runbook_author,
                     override_reason=override_reason,
+                    require_closed_findings=require_closed_findings,
                 )
     except FiredrillError as exc:
         out.print(f"[bold red]error:[/] {exc}")
@@ -234,9 +247,12 @@ def persist_run(
     at_s: float,
     runbook_author: str | None = None,
     override_reason: str | None = None,
+    require_closed_findings: bool = False,
     out: Console | None = None,
 ) -> bool:
-    """After a run: keep its result (who ran it, any override, in the audit log too)."""
+    """After a run: keep its result (who ran it, any override, in the audit log too) and track
+    its findings as action items."""
+    from firedrill.store import findings as action_items
     from firedrill.store import ladder as stored
     from firedrill.store import open_store
 
@@ -257,11 +273,20 @@ def persist_run(
                     started_at=started_at,
                     runbook_author=runbook_author,
                     override_reason=override_reason,
+                    require_closed_findings=require_closed_findings,
                 )
+                items = action_items.list_items(session=session, model=model, status="open")
     except (FiredrillError, KeyError) as exc:
         out.print(f"[bold red]error:[/] cannot store the drill result: {exc}")
         return False
     out.print(f"stored drill result {row.id} ({answer.gate.reason})", highlight=False)
+    raised = [i for i in items if i.last_result_id == row.id]
+    if raised:
+        out.print(
+            f"{len(raised)} finding(s) tracked as action items "
+            f"({len(items)} open for {model}): firedrill gameday findings --model {model}",
+            highlight=False,
+        )
     return True
 
 

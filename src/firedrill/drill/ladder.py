@@ -104,21 +104,41 @@ class Gate:
 
 
 def gate(
-    runs: Iterable[LadderRun], *, model: str, rung: int, override_reason: str | None = None
+    runs: Iterable[LadderRun],
+    *,
+    model: str,
+    rung: int,
+    override_reason: str | None = None,
+    open_below: Sequence[str] = (),
+    require_closed: bool = False,
 ) -> Gate:
-    """May ``rung`` run for ``model``? The rung below must have passed twice in a row."""
+    """May ``rung`` run for ``model``? The rung below must have passed twice in a row, and, when
+    ``require_closed``, the action items its runs raised (``open_below``: the open ones' ids)
+    must be closed."""
     rung = rung_number(rung)
     if rung == 0:
         return Gate(True, "L0 (tabletop) is always allowed")
     below = _ordered(runs, model, rung - 1)
     latest = below[-PASSES_TO_CLIMB:]
-    if len(latest) == PASSES_TO_CLIMB and all(r.passed for r in latest):
-        return Gate(True, f"L{rung - 1} passed twice in a row for {model}")
-    shown = ", ".join(r.verdict for r in reversed(latest)) or "no runs"
-    refusal = (
-        f"L{rung} for {model} needs L{rung - 1} passed twice in a row "
-        f"(latest L{rung - 1} runs, newest first: {shown})"
-    )
+    climbed = len(latest) == PASSES_TO_CLIMB and all(r.passed for r in latest)
+    items_ok = not require_closed or not open_below
+    if climbed and items_ok:
+        closed = " and its action items are closed" if require_closed else ""
+        return Gate(True, f"L{rung - 1} passed twice in a row for {model}{closed}")
+    problems = []
+    if not climbed:
+        shown = ", ".join(r.verdict for r in reversed(latest)) or "no runs"
+        problems.append(
+            f"L{rung} for {model} needs L{rung - 1} passed twice in a row "
+            f"(latest L{rung - 1} runs, newest first: {shown})"
+        )
+    if not items_ok:
+        listed = ", ".join(sorted(open_below)[:5]) + (" …" if len(open_below) > 5 else "")
+        problems.append(
+            f"L{rung} for {model} needs the action items raised at L{rung - 1} closed "
+            f"({len(open_below)} open: {listed})"
+        )
+    refusal = "; ".join(problems)
     reason = (override_reason or "").strip()
     if reason:
         return Gate(True, f"{refusal}; overridden: {reason}", overridden=True)

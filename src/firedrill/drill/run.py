@@ -981,6 +981,16 @@ def _report(
     def evaluate_expr(text: str) -> float:
         return expr.scalar_of(expr.evaluate(text, world, world.now_s))
 
+    # hidden cross-region dependencies (a clause can count them, a finding names each)
+    dependencies: list[dict[str, Any]] = []
+    cut = [i.region for i in spec.injections if isinstance(i, RegionBlackhole)]
+    if cut:
+        dependencies = [
+            {k: _clean(v) for k, v in dict(d).items()}
+            for d in recovery.dependency_findings(
+                run.fleet_spec, world, cut=cut, start_s=t0, end_s=end
+            )
+        ]
     actions = [a for a in controller.state.actions if a.at_s >= t0 - 1e-6 and not a.dry_run]
     m = Measurements(
         observer=obs,
@@ -994,20 +1004,12 @@ def _report(
         nodes_drained=sum(1 for a in actions if a.action == "drain"),
         replicas_ejected=sum(1 for a in actions if a.action == "eject"),
         survivor_digest_attested=facts["survivor_digest_attested"],
+        crossing_services=[str(d["service"]) for d in dependencies] if cut else None,
         evaluate_expr=evaluate_expr,
     )
     clauses = [judge(h, m) for h in spec.hypothesis]
     chains = _chains(run, controller, Notifier(run.slo.routing))
     # what drill.recovery adds: dependencies, the security floor, failback steps
-    dependencies: list[dict[str, Any]] = []
-    cut = [i.region for i in spec.injections if isinstance(i, RegionBlackhole)]
-    if cut:
-        dependencies = [
-            {k: _clean(v) for k, v in dict(d).items()}
-            for d in recovery.dependency_findings(
-                run.fleet_spec, world, cut=cut, start_s=t0, end_s=end
-            )
-        ]
     security = [
         {k: _clean(v) for k, v in dict(c).items()}
         for c in recovery.security_floor(world, spec, list(run.applied_ops), start_s=0.0, end_s=end)

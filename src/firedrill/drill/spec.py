@@ -54,6 +54,7 @@ HypothesisMetric = Literal[
     "nodes_drained",
     "replicas_ejected",
     "survivor_digest_attested",
+    "hidden_dependencies",
     "expr",
 ]
 
@@ -142,6 +143,7 @@ class HypothesisClause(_Strict):
     region: Name | None = None
     model: Name | None = None
     expr: str | None = None  # with metric 'expr': a PromQL-subset expression, evaluated at the end
+    service: Name | None = None  # with metric 'hidden_dependencies': one service of the fleet
     owner: str | None = None  # who owns the gap when the clause fails
     finding: FindingKind = "runbook_step"  # what kind of action item a failure becomes
 
@@ -151,6 +153,10 @@ class HypothesisClause(_Strict):
             raise ValueError("metric 'expr' needs an 'expr'")
         if self.metric != "expr" and self.expr is not None:
             raise ValueError(f"'expr' is only for metric 'expr' (metric is '{self.metric}')")
+        if self.service is not None and self.metric != "hidden_dependencies":
+            raise ValueError(
+                f"'service' is only for metric 'hidden_dependencies' (metric is '{self.metric}')"
+            )
         return self
 
 
@@ -529,6 +535,9 @@ class DrillSpec(_Strict):
     run_by: str | None = None
     runbook_author: str | None = None
     abort_owner: str | None = None
+    # The ladder: this rung runs only when the action items that runs of the rung below raised
+    # are closed (or an override reason is recorded).
+    require_closed_findings: bool = False
     # Who approves the response's levers, by incident role (default: run_by is the incident
     # commander, the other roles are the on-call aliases).
     responders: dict[Role, str] = {}
