@@ -222,7 +222,7 @@ def test_steady_state_refuses_before_anything_is_injected(tmp_path: Path) -> Non
     loaded = load_drill(path)
     world = _Hot(loaded.fleet, 3)
     with pytest.raises(SteadyStateError) as info:
-        _run(loaded, world=world)
+        _run(loaded, world=TwinWorld(world))
     assert "already true" in str(info.value)
     assert world.t == pytest.approx(120.0)  # stopped at T0
     assert not world.partitions
@@ -361,9 +361,9 @@ def test_after_any_abort_nothing_is_left_injected(
     path = tmp_path / f"prop-{abort_at}-{'-'.join(sorted(chosen))}.yaml"
     path.write_text(head + "injections:\n" + body)
     loaded = load_drill(path)
-    world = _Abort(loaded.fleet, 3, hours_hint=0.2)
-    world.abort_at = float(abort_at)
-    result = _run(loaded, world=world)
+    twin = _Abort(loaded.fleet, 3, hours_hint=0.2)
+    twin.abort_at = float(abort_at)
+    result = _run(loaded, world=TwinWorld(twin))
     assert result.report["verdict"] == "aborted"
     assert result.report["reverted"]["all"] is True
-    assert _state(world) == _baseline(loaded)
+    assert _state(twin) == _baseline(loaded)
