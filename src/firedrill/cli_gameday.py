@@ -221,10 +221,11 @@ def _print_result(r: dict[str, Any]) -> None:
 @gameday_app.command("plan")
 def plan(drill: DrillArg) -> None:
     """Validate a drill and print its plan (what an L0 tabletop walks through); inject nothing."""
+    from firedrill.adapters.worlds import EMBEDDED
     from firedrill.drill.run import plan as drill_plan
 
     loaded = _load(drill)
-    _print_plan(drill_plan(loaded.spec, loaded.fleet))
+    _print_plan(drill_plan(loaded.spec, loaded.fleet, make_world=EMBEDDED))
 
 
 @gameday_app.command("run")
@@ -278,7 +279,7 @@ def run(
     ] = 1.0,
 ) -> None:
     """Run a game day; exit 0 passed, 1 failed, 3 aborted by a stop condition."""
-    from firedrill.drill.journal import Journal, default_directory
+    from firedrill.adapters.journal_file import Journal, default_directory
     from firedrill.drill.run import Jitter, SteadyStateError, run_drill
 
     loaded = _load(drill)
@@ -287,10 +288,11 @@ def run(
         spec = spec.model_copy(update={"run_by": run_by})
     who = spec.run_by or "unknown"
     if spec.rung == "L0":
+        from firedrill.adapters.worlds import EMBEDDED
         from firedrill.drill.run import plan as drill_plan
 
         if not quiet:
-            _print_plan(drill_plan(spec, loaded.fleet, seed=seed))
+            _print_plan(drill_plan(spec, loaded.fleet, make_world=EMBEDDED, seed=seed))
             console.print("[green]L0 tabletop[/]: plan validated, nothing injected")
         return
     if runs > 1:  # a sweep on embedded twins (cli_many): the summary replaces the run's outputs
@@ -313,13 +315,14 @@ def run(
         raise typer.Exit(EXIT_REFUSED) from exc
     if db is not None and not _ladder_gate(db, spec, who, override_reason):
         raise typer.Exit(EXIT_REFUSED)
-    world: Any = None
+    from firedrill.adapters.worlds import EMBEDDED, load_token, remote
+    from firedrill.ports import DrillWorld
+
+    world: DrillWorld | None = None
     target_name = "embedded"
     if target is not None:
-        from firedrill.adapters.remote_twin import RemoteTwin, load_token
-
         try:
-            world = RemoteTwin(target, load_token(token_file))
+            world = remote(target, load_token(token_file))
         except FiredrillError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(EXIT_SPEC) from exc
@@ -346,7 +349,8 @@ def run(
             task = progress.add_task(f"{spec.name} {spec.duration_cap}", total=cap)
             result = run_drill(
                 spec, loaded.fleet, loaded.slo, loaded.policy, seed=run_seed, journal=journal,
-                world=world, progress=lambda t: progress.update(task, completed=t),
+                world=world, make_world=EMBEDDED,
+                progress=lambda t: progress.update(task, completed=t),
                 spec_sha256=loaded.spec_sha256, jitter=Jitter(seed=run_seed) if jitter else None,
             )  # fmt: skip
     except SteadyStateError as exc:

@@ -60,9 +60,10 @@ def recover_leftovers(
     out: Console | None = None,
 ) -> bool:
     """Recover every unfinished journal; print what was done; ``False`` if anything failed."""
+    from firedrill.adapters.journal_file import JournalFiles, default_directory
     from firedrill.adapters.remote_twin import RemoteTwin, load_token
-    from firedrill.drill.journal import JournalHeader, default_directory
     from firedrill.drill.recover import recover
+    from firedrill.model.journal import JournalHeader
 
     out = out or console
     directory = journal_dir or default_directory()
@@ -74,7 +75,7 @@ def recover_leftovers(
             tokens["token"] = load_token(token_file)
         return RemoteTwin(url, tokens["token"])
 
-    report = recover(directory, world_for)
+    report = recover(JournalFiles(directory), world_for)
     for state in report.live:
         out.print(
             f"[yellow]left alone[/] {state.path.name}: drill {state.header.drill} is still "

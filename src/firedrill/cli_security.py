@@ -35,6 +35,7 @@ def export_evidence(
 ) -> None:
     """Run a scenario and preserve each security incident's evidence, read-only, with a manifest."""
     from firedrill.adapters.evidence import write_bundle
+    from firedrill.adapters.worlds import EMBEDDED_SCENARIO
     from firedrill.scenario.run import run_scenario
     from firedrill.scenario.security_check import evidence_bundles
     from firedrill.specfile import load_scenario
@@ -50,7 +51,10 @@ def export_evidence(
             err.print(f"[bold red]error:[/] {d} already holds files: evidence is written once")
             raise typer.Exit(EXIT_INPUT)
     # incidents need a responder's book; without a policy, one in advise mode keeps it
-    run = run_scenario(spec, fleet, slo, policy, mode="advise" if spec.responder is None else None)
+    run = run_scenario(
+        spec, fleet, slo, policy, make_world=EMBEDDED_SCENARIO,
+        mode="advise" if spec.responder is None else None,
+    )  # fmt: skip
     bundles = [b for b in evidence_bundles(run) if incident is None or b.incident == incident]
     if not bundles:
         what = f"incident {incident}" if incident else "security incident"

@@ -20,6 +20,7 @@ from firedrill.drill.spec import LoadedDrill
 from firedrill.model.series import Labels, labels_of
 from firedrill.specfile import load_drill
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld, embedded_world
 
 HERE = Path(__file__).parent
 BASE = HERE / "gameday-blackhole.yaml"
@@ -45,6 +46,7 @@ def _variant(tmp_path: Path, *edits: tuple[str, str], extra: str = "") -> Path:
 
 
 def _run(loaded: LoadedDrill, **kw: Any) -> DrillResult:
+    kw.setdefault("make_world", embedded_world)
     return run_drill(loaded.spec, loaded.fleet, loaded.slo, loaded.policy, **kw)
 
 
@@ -106,9 +108,9 @@ def test_failover_goes_through_the_levers_with_guards(blackhole: DrillResult) ->
 
 
 def test_every_injection_and_lever_is_reverted_at_the_cap(blackhole: DrillResult) -> None:
-    assert isinstance(blackhole.world, Twin)
+    assert isinstance(blackhole.world, TwinWorld)
     assert blackhole.report["reverted"]["all"] is True
-    assert _state(blackhole.world) == _baseline(load_drill(BASE))
+    assert _state(blackhole.world.twin) == _baseline(load_drill(BASE))
 
 
 def test_the_new_digest_waits_while_replication_is_paused(blackhole: DrillResult) -> None:
@@ -153,8 +155,8 @@ def test_a_stop_condition_reverts_everything_and_aborts(tmp_path: Path) -> None:
     assert [s["name"] for s in fired] == ["primary-5xx"]
     assert fired[0]["at_s"] < 200.0  # right after the blackhole, not at the cap
     assert r["reverted"]["all"] is True
-    assert isinstance(result.world, Twin)
-    assert _state(result.world) == _baseline(loaded)
+    assert isinstance(result.world, TwinWorld)
+    assert _state(result.world.twin) == _baseline(loaded)
 
 
 def test_the_cli_exits_3_on_abort_and_1_on_a_missed_rto(tmp_path: Path) -> None:
@@ -220,7 +222,7 @@ def test_steady_state_refuses_before_anything_is_injected(tmp_path: Path) -> Non
     loaded = load_drill(path)
     world = _Hot(loaded.fleet, 3)
     with pytest.raises(SteadyStateError) as info:
-        _run(loaded, world=world)
+        _run(loaded, world=TwinWorld(world))
     assert "already true" in str(info.value)
     assert world.t == pytest.approx(120.0)  # stopped at T0
     assert not world.partitions
@@ -359,9 +361,9 @@ def test_after_any_abort_nothing_is_left_injected(
     path = tmp_path / f"prop-{abort_at}-{'-'.join(sorted(chosen))}.yaml"
     path.write_text(head + "injections:\n" + body)
     loaded = load_drill(path)
-    world = _Abort(loaded.fleet, 3, hours_hint=0.2)
-    world.abort_at = float(abort_at)
-    result = _run(loaded, world=world)
+    twin = _Abort(loaded.fleet, 3, hours_hint=0.2)
+    twin.abort_at = float(abort_at)
+    result = _run(loaded, world=TwinWorld(twin))
     assert result.report["verdict"] == "aborted"
     assert result.report["reverted"]["all"] is True
-    assert _state(world) == _baseline(loaded)
+    assert _state(twin) == _baseline(loaded)

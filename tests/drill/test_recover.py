@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from firedrill.adapters.journal_file import Journal, JournalFiles, pending, read
 from firedrill.adapters.remote_twin import RemoteTwin, load_token
-from firedrill.drill.journal import Journal, JournalHeader, pending, read
 from firedrill.drill.recover import RevertWorld, recover
 from firedrill.errors import OperationError, RemoteWorldError
 from firedrill.model import operations as ops
+from firedrill.model.journal import JournalHeader
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
 
@@ -217,7 +218,7 @@ def test_recovery_reverts_newest_first_and_finishes_the_journal(twin: Twin, tmp_
         seen.append(header)
         return twin
 
-    report = recover(tmp_path, world_for)
+    report = recover(JournalFiles(tmp_path), world_for)
     assert report.ok
     assert report.reverted == 4
     assert [h.target for h in seen] == ["http://w"]
@@ -230,7 +231,7 @@ def test_recovery_reverts_newest_first_and_finishes_the_journal(twin: Twin, tmp_
     ]
     assert _clean(twin)
     assert read(journal.path).verdict == "recovered"
-    assert recover(tmp_path, world_for).journals == ()  # idempotent
+    assert recover(JournalFiles(tmp_path), world_for).journals == ()  # idempotent
 
 
 def test_a_torn_journal_is_recovered(twin: Twin, tmp_path: Path) -> None:
@@ -238,7 +239,7 @@ def test_a_torn_journal_is_recovered(twin: Twin, tmp_path: Path) -> None:
     journal.close()
     with journal.path.open("ab") as f:  # killed in the middle of the next record
         f.write(b'{"kind": "intend", "key": 4, "op": {"op": "SetRouteWe')
-    report = recover(tmp_path, lambda _: twin)
+    report = recover(JournalFiles(tmp_path), lambda _: twin)
     assert report.ok
     assert report.reverted == 3
     assert not twin.partitions
@@ -254,7 +255,7 @@ def test_an_intent_never_applied_is_reverted_harmlessly(twin: Twin, tmp_path: Pa
     op = ops.DenyCapacity("us-east-1")
     journal.intend(op, twin.inverse_of(op), 0.0)  # died before applying it
     journal.close()
-    report = recover(tmp_path, lambda _: twin)
+    report = recover(JournalFiles(tmp_path), lambda _: twin)
     assert [(type(i.op).__name__, i.outcome) for i in report.journals[0].intents] == [
         ("DenyCapacity", "reverted"),
         ("Partition", "reverted"),
@@ -271,7 +272,7 @@ def test_an_embedded_twin_has_nothing_left_to_revert(tmp_path: Path) -> None:
     def no_world(_: JournalHeader) -> RevertWorld:
         raise AssertionError("an embedded journal needs no world")
 
-    report = recover(tmp_path, no_world)
+    report = recover(JournalFiles(tmp_path), no_world)
     (j,) = report.journals
     assert j.finished
     assert j.intents == ()
@@ -281,7 +282,7 @@ def test_an_embedded_twin_has_nothing_left_to_revert(tmp_path: Path) -> None:
 
 def test_a_running_drill_is_left_alone(twin: Twin, tmp_path: Path) -> None:
     journal = _drill(tmp_path, twin, BLACKHOLE[:2])
-    report = recover(tmp_path, lambda _: twin)
+    report = recover(JournalFiles(tmp_path), lambda _: twin)
     assert report.journals == ()
     assert [s.path for s in report.live] == [journal.path]
     assert twin.partitions
@@ -312,7 +313,7 @@ def test_a_refused_inverse_keeps_the_journal_open_for_the_next_try(
 ) -> None:
     journal = _drill(tmp_path, twin, BLACKHOLE)
     journal.close()
-    report = recover(tmp_path, lambda _: _Refusing(twin, ops.AllowCapacity))
+    report = recover(JournalFiles(tmp_path), lambda _: _Refusing(twin, ops.AllowCapacity))
     (j,) = report.journals
     assert not report.ok
     assert not j.finished
@@ -320,7 +321,7 @@ def test_a_refused_inverse_keeps_the_journal_open_for_the_next_try(
     assert twin.capacity_denied
     assert not twin.partitions
     assert [type(i.op).__name__ for i in read(journal.path).unreverted] == ["DenyCapacity"]
-    report = recover(tmp_path, lambda _: twin)  # the next recovery finishes the job
+    report = recover(JournalFiles(tmp_path), lambda _: twin)  # the next recovery finishes the job
     assert report.ok
     assert report.reverted == 1
     assert _clean(twin)
@@ -330,7 +331,7 @@ def test_an_unreachable_world_stops_at_the_first_failure(twin: Twin, tmp_path: P
     journal = _drill(tmp_path, twin, BLACKHOLE)
     journal.close()
     world = _Refusing(twin, ops.Noop, unreachable=True)
-    report = recover(tmp_path, lambda _: world)
+    report = recover(JournalFiles(tmp_path), lambda _: world)
     assert not report.ok
     assert world.calls == 1
     assert len(read(journal.path).unreverted) == 4

@@ -67,6 +67,7 @@ from firedrill.respond.levers import (
 from firedrill.respond.severity import Sev
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 FLEET_YAML = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 SPEC = load_fleet(FLEET_YAML)
@@ -121,7 +122,7 @@ def weight(twin: Twin, model: str, cell: str) -> int:
 
 def pull_drain_of(twin: Twin, cell: str, journal: list[LeverJournalEntry]) -> LeverJournalEntry:
     lever = Lever("cell_drain", cell)
-    plan = drain_check(lever, twin, twin, twin)
+    plan = drain_check(lever, twin, twin, TwinWorld(twin))
     scale = scale_in_check(lever, twin, incident_tags=(), journal=journal)
     entry = pull(
         lever,
@@ -322,7 +323,7 @@ def test_headroom_shares_by_route_weight_and_needs_a_receiver() -> None:
 def test_drain_in_us_east_1_fits_two_receivers_but_not_one() -> None:
     twin = demo()
     journal: list[LeverJournalEntry] = []
-    plan = drain_check(Lever("cell_drain", "use1-a"), twin, twin, twin)
+    plan = drain_check(Lever("cell_drain", "use1-a"), twin, twin, TwinWorld(twin))
     assert plan.result.ok, plan.result.reason
     assert plan.region == "us-east-1"
     assert plan.receivers == ("use1-b", "use1-c")
@@ -347,7 +348,7 @@ def test_drain_in_us_east_1_fits_two_receivers_but_not_one() -> None:
     assert weight(twin, "llm-70b", "use1-a") == 0
     twin.run_for(60)  # the receivers now carry use1-a's traffic
 
-    second = drain_check(Lever("cell_drain", "use1-b"), twin, twin, twin)
+    second = drain_check(Lever("cell_drain", "use1-b"), twin, twin, TwinWorld(twin))
     assert not second.result.ok
     assert second.receivers == ("use1-c",)
     chat = next(h for h in second.headroom if h.model == "llm-70b")
@@ -373,7 +374,7 @@ def test_a_drain_without_its_headroom_check_is_refused() -> None:
 def test_pull_drain_steps_and_holds_when_the_receivers_stay_healthy() -> None:
     twin = demo()
     lever = Lever("cell_drain", "use1-a")
-    plan = drain_check(lever, twin, twin, twin)
+    plan = drain_check(lever, twin, twin, TwinWorld(twin))
     seen: list[tuple[float, tuple[str, ...]]] = []
 
     def quiet(cells: tuple[str, ...] | list[str]) -> dict[str, float]:
@@ -404,7 +405,7 @@ def test_pull_drain_steps_and_holds_when_the_receivers_stay_healthy() -> None:
 def test_pull_drain_backs_off_when_a_receiver_burns_fast() -> None:
     twin = demo()
     lever = Lever("cell_drain", "use1-a")
-    plan = drain_check(lever, twin, twin, twin)
+    plan = drain_check(lever, twin, twin, TwinWorld(twin))
     assert plan.should_back_off({"use1-b": FAST_BURN})
     assert not plan.should_back_off({"use1-b": FAST_BURN - 0.1, "usw2-a": 99.0})
     entries = pull_drain(
@@ -502,7 +503,7 @@ def test_rollback_targets_are_previous_signed_attested_digests() -> None:
 
     def check(digest: str) -> GuardResult:
         return rollback_check(
-            Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", digest)), twin
+            Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", digest)), TwinWorld(twin)
         )
 
     assert check(OLD_70B).ok
@@ -516,14 +517,24 @@ def test_rollback_targets_are_previous_signed_attested_digests() -> None:
     assert unchecked.status == "refused"
     assert "needs the rollback_target guard" in unchecked.reason
     checked = pull(
-        bad, twin, approvers=[OWNER], at_s=0, reason="x", checks=(rollback_check(bad, twin),)
+        bad,
+        twin,
+        approvers=[OWNER],
+        at_s=0,
+        reason="x",
+        checks=(rollback_check(bad, TwinWorld(twin)),),
     )
     assert checked.status == "refused"
     assert "admission would deny it" in checked.reason
 
     good = Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", OLD_70B))
     entry = pull(
-        good, twin, approvers=[OWNER], at_s=0, reason="x", checks=(rollback_check(good, twin),)
+        good,
+        twin,
+        approvers=[OWNER],
+        at_s=0,
+        reason="x",
+        checks=(rollback_check(good, TwinWorld(twin)),),
     )
     assert entry.status == "applied"
     assert entry.inverses == (ops.RestoreDigest("llm-70b", "us-east-1", NEW_70B),)
@@ -539,7 +550,7 @@ def test_registry_incident_pauses_scale_in_before_a_drain() -> None:
     twin = demo()
     journal: list[LeverJournalEntry] = []
     lever = Lever("cell_drain", "use1-a")
-    headroom = drain_check(lever, twin, twin, twin).result
+    headroom = drain_check(lever, twin, twin, TwinWorld(twin)).result
 
     def attempt() -> LeverJournalEntry:
         scale = scale_in_check(lever, twin, incident_tags={"registry"}, journal=journal)

@@ -34,6 +34,7 @@ from firedrill.respond.severity import Sev
 from firedrill.respond.suspects import SymptomKind
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 FLEET = load_fleet(Path("examples/fleet.yaml"))
 WEIGHT = 56  # llm-70b's route weight in every demo cell
@@ -93,8 +94,8 @@ def _responder(
         probe=probe,
         classify=lambda alerts: "ttft",
         signals=twin,
-        capacity=twin,
-        catalog=twin,
+        capacity=TwinWorld(twin),
+        catalog=TwinWorld(twin),
         runbooks=runbooks,
     )
 
@@ -347,8 +348,8 @@ def test_a_declared_registry_incident_pins_scalers_first_and_refuses_the_shortcu
         probe=Probe(burn=0.0),
         classify=lambda alerts: "xid",
         signals=twin,
-        capacity=twin,
-        catalog=twin,
+        capacity=TwinWorld(twin),
+        catalog=TwinWorld(twin),
     )
     _steps(r, clock, 120.0, [])
     (inc,) = r.book.incidents

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from firedrill.drill.journal import Journal, JournalHeader, JournalState, pending, read
 from firedrill.errors import (
     FiredrillError,
     JournalError,
@@ -39,7 +38,9 @@ from firedrill.errors import (
     UnknownTargetError,
 )
 from firedrill.model import operations as ops
+from firedrill.model.journal import JournalHeader, JournalState
 from firedrill.model.operations import Operation
+from firedrill.ports import JournalStore, ReopenedJournal
 
 __all__ = [
     "EMBEDDED",
@@ -103,11 +104,13 @@ class RecoveryReport:
 
 
 def _recover_one(
-    state: JournalState, world_for: Callable[[JournalHeader], RevertWorld | None]
+    journals: JournalStore,
+    state: JournalState,
+    world_for: Callable[[JournalHeader], RevertWorld | None],
 ) -> JournalRecovery:
     header = state.header
     try:
-        journal = Journal.open(state.path)
+        journal = journals.reopen(state.path)
     except JournalError as exc:
         return JournalRecovery(state.path, header, (), finished=False, note=str(exc))
     with journal:
@@ -142,7 +145,7 @@ def _recover_one(
 
 
 def _revert(
-    journal: Journal,
+    journal: ReopenedJournal,
     world: RevertWorld,
     key: int,
     op: Operation,
@@ -173,16 +176,13 @@ def _now(world: RevertWorld) -> float:
 
 
 def recover(
-    directory: Path | str,
+    journals: JournalStore,
     world_for: Callable[[JournalHeader], RevertWorld | None],
     *,
     paths: Sequence[Path] | None = None,
 ) -> RecoveryReport:
-    """Recover every unfinished, unlocked journal in ``directory`` (or just ``paths``)."""
-    if paths is None:
-        states = pending(directory, include_live=True)
-    else:
-        states = [s for s in (read(p) for p in paths) if not s.finished]
+    """Recover every unfinished, unlocked journal of ``journals`` (or just ``paths``)."""
+    states = journals.unfinished(paths)
     live = tuple(s for s in states if s.live)
-    done = tuple(_recover_one(s, world_for) for s in states if not s.live)
+    done = tuple(_recover_one(journals, s, world_for) for s in states if not s.live)
     return RecoveryReport(journals=done, live=live)

@@ -18,23 +18,21 @@ why a lever went ahead or was refused:
   are recognised (``widens_access``), and the shortcuts people reach for under pressure
   (``UnsafeRequest``) are refused outright, each with what to do instead.
 
-The math takes plain numbers (``drain_headroom``); the readers (``plan_cell_drain``) only gather
-those numbers through the ``Signals`` port and a small ``CapacityView``.
+The math takes plain numbers (``drain_headroom``); the readers (``plan_cell_drain``,
+``check_rollback_target``) only gather them through the ``Signals``, ``Capacity`` and ``Digests``
+ports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import Literal
 
 from firedrill.errors import UnknownTargetError
 from firedrill.model import operations as ops
 from firedrill.model.state import CellView
-from firedrill.ports import Signals
+from firedrill.ports import Capacity, Digests, Signals
 from firedrill.respond.severity import Sev
 
 DRAIN_STEPS_PERCENT = (100, 50, 0)  # a drain shifts a cell's weight in these steps (reference 000)
@@ -271,25 +269,7 @@ class DrainPlan:
         return bool(self.burning(receiver_burn_rates))
 
 
-class PoolConstants(Protocol):
-    @property
-    def cold_penalty(self) -> npt.NDArray[np.float64]: ...
-
-
-class CapacityView(Protocol):
-    """Per-pool capacity constants (a pool is one model in one cell, laid out model-major)."""
-
-    @property
-    def max_rps_per_replica(self) -> npt.NDArray[np.float64]: ...
-
-    @property
-    def shape(self) -> PoolConstants: ...
-
-    @property
-    def model_index(self) -> Mapping[str, int]: ...
-
-    @property
-    def cell_names(self) -> Sequence[str]: ...
+CapacityView = Capacity  # the name the levers and the responder knew it by
 
 
 def _by_cell(signals: Signals, name: str, model: str) -> dict[str, float]:
@@ -307,7 +287,7 @@ def plan_cell_drain(
     *,
     cells: Sequence[CellView],
     signals: Signals,
-    capacity: CapacityView,
+    capacity: Capacity,
     models: Sequence[str] = (),
     max_utilization: float = MAX_RECEIVER_UTILIZATION,
     fast_burn: float = FAST_BURN,
@@ -324,21 +304,20 @@ def plan_cell_drain(
     region_cells = [c for c in cells if c.region == here.region]
     weights = dict(here.route_weights)
     chosen = list(models) or [m for m, w in here.route_weights if w > 0]
-    pos = {c: i for i, c in enumerate(capacity.cell_names)}
     plans: list[DrainHeadroom] = []
     for model in chosen:
-        if model not in weights or model not in capacity.model_index:
+        if model not in weights:
             raise UnknownTargetError("model", model)
+        capacity.max_rps_per_replica(model, cell)  # an unknown model raises before any read
         offered = _by_cell(signals, "firedrill_offered_requests_per_second", model)
         ready = _by_cell(signals, "firedrill_replicas_ready", model)
         desired = _by_cell(signals, "firedrill_replicas_desired", model)
-        base = capacity.model_index[model] * len(capacity.cell_names)
         loads = {
             view.name: CellLoad(
                 cell=view.name,
                 offered_rps=offered.get(view.name, 0.0),
                 replicas=min(ready.get(view.name, 0.0), desired.get(view.name, float("inf"))),
-                max_rps_per_replica=float(capacity.max_rps_per_replica[base + pos[view.name]]),
+                max_rps_per_replica=capacity.max_rps_per_replica(model, view.name),
                 route_weight=0.0 if view.quarantined else dict(view.route_weights).get(model, 0),
             )
             for view in region_cells
@@ -348,7 +327,7 @@ def plan_cell_drain(
                 model,
                 loads[cell],
                 [load for name, load in loads.items() if name != cell],
-                cold_penalty=float(capacity.shape.cold_penalty[base + pos[cell]]),
+                cold_penalty=capacity.cold_cache_penalty(model, cell),
                 max_utilization=max_utilization,
             )
         )
@@ -359,42 +338,17 @@ def plan_cell_drain(
 # rollback targets
 
 
-class DigestRecord(Protocol):
-    @property
-    def model(self) -> int: ...
-
-    @property
-    def digest(self) -> str: ...
-
-    @property
-    def signed(self) -> bool: ...
-
-    @property
-    def attested(self) -> bool: ...
+DigestCatalog = Digests  # the name the levers and the responder knew it by
 
 
-class DigestCatalog(Protocol):
-    """Every weights digest the fleet has published, with its signature and attestation."""
-
-    @property
-    def digests(self) -> Sequence[DigestRecord]: ...
-
-    @property
-    def digest_index(self) -> Mapping[str, int]: ...
-
-    @property
-    def model_index(self) -> Mapping[str, int]: ...
-
-
-def check_rollback_target(catalog: DigestCatalog, model: str, digest: str) -> GuardResult:
+def check_rollback_target(catalog: Digests, model: str, digest: str) -> GuardResult:
     """A rollback target was published before, for this model, signed and attested."""
     guard = "rollback_target"
-    if model not in catalog.model_index:
-        raise UnknownTargetError("model", model)
-    if digest not in catalog.digest_index:
+    catalog.published(model)  # an unknown model raises UnknownTargetError
+    info = catalog.digest_record(digest)
+    if info is None:
         return refused(guard, f"{digest} was never published for {model}: not a rollback target")
-    info = catalog.digests[catalog.digest_index[digest]]
-    if info.model != catalog.model_index[model]:
+    if info.model != model:
         return refused(guard, f"{digest} is not a digest of {model}")
     missing = [w for w, ok in (("signed", info.signed), ("attested", info.attested)) if not ok]
     if missing:

@@ -121,13 +121,13 @@ def rollback_target(
 
     Returns the target (None when there is none) and why each later candidate was passed over.
     """
-    mi = catalog.model_index[model]
-    published = [i for i, d in enumerate(catalog.digests) if d.model == mi]
-    first_bad = min((catalog.digest_index[b] for b in bad if b in catalog.digest_index), default=-1)
-    before = [i for i in published if first_bad < 0 or i < first_bad]
+    published = [d.digest for d in catalog.published(model)]
+    position = {d: i for i, d in enumerate(published)}
+    first_bad = min((position[b] for b in bad if b in position), default=-1)
+    before = [i for i in range(len(published)) if first_bad < 0 or i < first_bad]
     passed_over: list[str] = []
-    for i in reversed(before or published):
-        digest = catalog.digests[i].digest
+    for i in reversed(before or range(len(published))):
+        digest = published[i]
         if digest in bad:
             continue
         verdict = check_rollback_target(catalog, model, digest)

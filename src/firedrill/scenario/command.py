@@ -43,7 +43,7 @@ AUTOMATION_LEVER = {
     "quarantine": "node_quarantine",
     "eject": "pod_quarantine",
 }
-# The operations each applied lever put on the twin (their inverses are read from its journal).
+# The operations each applied lever put on the world (their inverses are read from its journal).
 AUTOMATION_OPS: dict[str, tuple[type[Any], ...]] = {
     "quarantine": (ops.Taint, ops.Label, ops.Drain),
     "eject": (ops.EjectReplica,),
@@ -86,10 +86,10 @@ def _start_s(run: ScenarioRun, inc: Incident) -> float:
 
 
 def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
-    twin = run.twin
+    world = run.world
     kind = run.responder.symptom(inc).kind if run.responder else symptom_kind(inc.alerts)
     symptom = Symptom(kind, inc.opened_at_s, inc.cell, inc.region)
-    changes = twin.changes(since_s=max(0.0, inc.opened_at_s - WINDOW_S))
+    changes = world.changes(since_s=max(0.0, inc.opened_at_s - WINDOW_S))
     suspects = rank(changes, symptom)[:5] if inc.kind != "security" else []
     advice = recommend(suspects, symptom) if suspects else ""
     levers: list[dict[str, Any]] = []
@@ -129,7 +129,7 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
     training = [
         t
         for js, t in run.extra.get("training", {}).items()
-        if "suspended_at_s" in t and twin.training.jobset(js).cell == inc.cell
+        if "suspended_at_s" in t and world.jobset(js).cell == inc.cell
     ]
     for t in training:
         levers.append(
@@ -239,11 +239,11 @@ def _target(a: Any) -> str:
 def _undo(
     run: ScenarioRun, at_s: float, target: str | None, kinds: tuple[type[Any], ...]
 ) -> dict[str, Any]:
-    """The operations an applied lever put on the twin at ``at_s`` (on ``target``; any when None)
-    and their inverses, recorded by the twin before each was applied, in undo order."""
+    """The operations an applied lever put on the world at ``at_s`` (on ``target``; any when None)
+    and their inverses, recorded by the world before each was applied, in undo order."""
     done = [
         e
-        for e in run.twin.journal
+        for e in run.world.operations()
         if e.at_s == at_s
         and isinstance(e.op, kinds)
         and (target is None or target in (getattr(e.op, f, None) for f in ("node", "pod")))
@@ -264,10 +264,10 @@ def _skew(run: ScenarioRun, inc: Incident) -> dict[str, dict[str, int]]:
     region_wide = inc.cell.startswith("region:")
     cells = [
         c.name
-        for c in run.twin.cells()
+        for c in run.world.cells()
         if c.name == inc.cell or (region_wide and c.region == inc.region)
     ]
-    return cell_skew(n for c in cells for n in run.twin.node_views(cell=c))
+    return cell_skew(n for c in cells for n in run.world.node_views(cell=c))
 
 
 def _history(h: Any) -> dict[str, Any]:
@@ -283,8 +283,11 @@ def _history(h: Any) -> dict[str, Any]:
 def _requests_failed(run: ScenarioRun, inc: Incident, start: float) -> int:
     """5xx in the incident's cell from the start of trouble to the end of the run."""
     total = 0.0
-    for s in run.twin.query(
-        "http_requests_total", {"cell": inc.cell, "status": "5xx"}, start_s=start, end_s=run.twin.t
+    for s in run.world.query(
+        "http_requests_total",
+        {"cell": inc.cell, "status": "5xx"},
+        start_s=start,
+        end_s=run.world.now_s(),
     ):
         if s.values.size:
             total += float(s.values[-1] - s.values[0])
