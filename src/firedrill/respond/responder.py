@@ -46,6 +46,7 @@ from firedrill.detect.notify import Notification
 from firedrill.detect.slo import duration_s
 from firedrill.errors import FiredrillError
 from firedrill.model.changes import ChangeEvent
+from firedrill.model.identity import canonical_identity, same_person
 from firedrill.model.series import Labels, labels_of
 from firedrill.model.state import CellView
 from firedrill.ports import Fleet, Signals
@@ -53,6 +54,7 @@ from firedrill.respond import levers as lv
 from firedrill.respond.breakglass import (
     INCIDENT_COMMANDER,
     SECURITY_LEAD,
+    Approval,
     BreakGlassBroker,
     BreakGlassError,
     Grant,
@@ -845,7 +847,8 @@ class Responder:
                 (
                     name
                     for name, r in sorted(self.policy.roster.items())
-                    if r == role and name not in {a.name for a in out}
+                    if r == role
+                    and canonical_identity(name) not in {canonical_identity(a.name) for a in out}
                 ),
                 None,
             )
@@ -953,7 +956,7 @@ class Responder:
         try:
             req = self.broker.request(
                 identity=f"breakglass:{requester}",
-                scope=f"{lever.kind}:{lever.target}",
+                scope=f"{lever.kind}:{'fleet' if lever.target == lv.FLEET_WIDE else lever.target}",
                 reason=f"{inc.id}: {cand.reason}",
                 requested_by=requester,
                 at_s=now_s,
@@ -961,11 +964,22 @@ class Responder:
                 ttl_s=self.policy.breakglass_ttl_s,
             )
             grant = None
+            approved: list[Approval] = []
             for role in (INCIDENT_COMMANDER, SECURITY_LEAD):
-                who = next((n for n, r in roster if r == role and n != requester), None)
+                who = next(
+                    (
+                        n
+                        for n, r in roster
+                        if r == role
+                        and not same_person(n, requester)
+                        and not any(same_person(n, a.approver) for a in approved)
+                    ),
+                    None,
+                )
                 if who is None:
                     return False, f"no {role} on the roster to approve it (two-person rule)"
                 grant = self.broker.approve(req.request_id, who, role, now_s)
+                approved.append(Approval(who, role, now_s))
             if grant is None:
                 return False, "two approvals did not issue a grant"
             use = self.broker.use(grant.grant_id, f"{lever.kind} on {lever.target}", now_s)
