@@ -46,7 +46,6 @@ from firedrill.respond.guards import (
     check_narrows,
     check_rollback_target,
     check_scale_in_paused,
-    passed,
     plan_cell_drain,
     refuse_unsafe,
     side_effect_rank,
@@ -645,7 +644,9 @@ def scale_in_check(
 ) -> GuardResult:
     """The scale-in guard for this lever, read from what the incident's journal applied."""
     if not CATALOGUE[lever.kind].moves_traffic:
-        return passed("scale_in_paused", f"{lever.kind} does not move traffic")
+        return check_scale_in_paused(
+            (), incident_tags=incident_tags, applied=(), moves_no_traffic=lever.kind
+        )
     return check_scale_in_paused(
         traffic_pools(lever, fleet), incident_tags=incident_tags, applied=applied_ops(journal)
     )
@@ -706,7 +707,13 @@ def _vet(
     spec = CATALOGUE[lever.kind]
     results = [approvals(lever, approvers), *checks]
     refusals = [r.reason for r in results if not r.ok]
-    ran = {r.guard for r in checks}
+    # A passing result counts only when a guard minted it: a caller cannot vouch for a guard.
+    refusals += [
+        f"the {r.guard or 'unnamed'} check did not come from its guard: it is not counted"
+        for r in checks
+        if r.ok and not r.genuine
+    ]
+    ran = {r.guard for r in checks if r.genuine}
     fleet_wide = spec.fleet_requires if scope_of(lever) == "fleet" else ()
     refusals += [
         f"{lever.kind} needs the {g} guard before it is pulled"
