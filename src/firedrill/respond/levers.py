@@ -224,6 +224,9 @@ class LeverSpec:
     requires: tuple[str, ...] = ()  # guards that must have run (by GuardResult.guard)
     moves_traffic: bool = False
     fleet_requires: tuple[str, ...] = ()  # also required when the request is fleet-wide
+    # Outside the on-call role: applied only under a two-person break-glass grant, whatever a
+    # policy lists (a policy may add kinds, never remove these).
+    breakglass: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,7 +509,7 @@ _SPECS = (
     LeverSpec(
         "cell_quarantine", "cell", 3, _roles("ops_lead", "security_lead"),
         "stop new routing to a cell, keeping its replicas for evidence and fast return",
-        _plan_cell_quarantine, requires=("scale_in_paused",), moves_traffic=True,
+        _plan_cell_quarantine, requires=("scale_in_paused",), moves_traffic=True, breakglass=True,
     ),
     LeverSpec(
         "scaler_pause", "cell", 3, _roles("ops_lead", "capacity_lead"),
@@ -525,7 +528,7 @@ _SPECS = (
     LeverSpec(
         "digest_rollback", "model", 4, _roles("model_owner"),
         "a region back to a previous signed and attested weights digest",
-        _plan_digest_rollback, requires=("rollback_target",),
+        _plan_digest_rollback, requires=("rollback_target",), breakglass=True,
     ),
     LeverSpec(
         "queue_hold", "cell", 5, _roles("ops_lead"),
@@ -543,11 +546,12 @@ _SPECS = (
     LeverSpec(
         "driver_rollback", "cell", 7, _roles("ops_lead"),
         "a cell's nodes back to a previous driver: the slowest lever, last",
-        _plan_driver_rollback,
+        _plan_driver_rollback, breakglass=True,
     ),
 )  # fmt: skip
 
 CATALOGUE: Mapping[LeverKind, LeverSpec] = {s.kind: s for s in _SPECS}
+BREAKGLASS_KINDS: frozenset[LeverKind] = frozenset(k for k, s in CATALOGUE.items() if s.breakglass)
 ROLLBACK_ORDER: tuple[LeverKind, ...] = tuple(
     sorted(CATALOGUE, key=lambda k: (CATALOGUE[k].rank, _SCOPE_ORDER[CATALOGUE[k].scope], k))
 )

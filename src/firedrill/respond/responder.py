@@ -410,7 +410,9 @@ class ResponderPolicy(_Strict):
     # Kinds auto mode may apply; everything else is proposed. A cell drain is stepped under the
     # capacity lead and is always proposed.
     auto_apply: list[LeverKind] = ["scaler_pause", "route_weight", "rollout_abort", "queue_hold"]
-    # Kinds outside the on-call role: applying one needs a two-person break-glass grant.
+    # Kinds outside the on-call role: applying one needs a two-person break-glass grant. The
+    # catalogue's own (``levers.BREAKGLASS_KINDS``) need one whatever this lists: a policy can
+    # add kinds, never remove them (``needs_breakglass``).
     breakglass: list[LeverKind] = ["digest_rollback", "driver_rollback", "cell_quarantine"]
     breakglass_ttl: Duration = "1h"
     verify: VerifyPolicy = VerifyPolicy()
@@ -440,6 +442,10 @@ class ResponderPolicy(_Strict):
     @property
     def breakglass_ttl_s(self) -> float:
         return duration_s(self.breakglass_ttl)
+
+    def needs_breakglass(self, kind: LeverKind) -> bool:
+        """Whether applying ``kind`` needs a break-glass grant: the catalogue's or the policy's."""
+        return kind in lv.BREAKGLASS_KINDS or kind in self.breakglass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -924,11 +930,26 @@ class Responder:
             )
             return replace(base, entry=replace(vetted, reason=f"{cand.reason} ({why})"))
         grant: str | None = None
-        if lever.kind in self.policy.breakglass:
+        if self.policy.needs_breakglass(lever.kind):
             grant_or_why = self._breakglass(inc, state, lever, cand, now_s)
             if not grant_or_why[0]:
+                # Refused without a grant, and security hears of the attempt all the same.
+                why = grant_or_why[1]
+                state.pages.append(
+                    SecurityPage(
+                        now_s,
+                        "",
+                        "responder",
+                        f"{lever.kind} on {lever.target}",
+                        inc.sev if inc.sev is not Sev.NONE else Sev.SEV4,
+                        f"{lever.kind} on {lever.target} needs break-glass and has no grant: "
+                        f"refused ({why})",
+                    )
+                )
                 refusal = replace(
-                    vetted, status="refused", reason=f"break-glass refused: {grant_or_why[1]}"
+                    vetted,
+                    status="refused",
+                    reason=f"break-glass refused: {why}; security paged",
                 )
                 return replace(base, entry=refusal)
             grant = grant_or_why[1]
