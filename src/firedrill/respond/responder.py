@@ -713,7 +713,7 @@ class Responder:
             self._declared[inc_id] = d
             inc.title = d.title
             sev = Sev[d.sev]
-            axes = assess(_Impact()).axes
+            axes = assess(_Impact(), self.book.matrix).axes
             inc.severity.raise_to(
                 _Declared(sev, axes, "users", f"declared {d.sev}: {d.title}"), at_s
             )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from firedrill.model import operations as ops
 from firedrill.model.series import Labels
 from firedrill.respond.incidents import Incident, IncidentBook, impact_of
-from firedrill.respond.severity import assess
+from firedrill.respond.severity import SevMatrix, assess, severity_for
 from firedrill.respond.suspects import (
     Symptom,
     SymptomKind,
@@ -73,10 +73,17 @@ def command(run: ScenarioRun) -> list[dict[str, Any]]:
     """Open incidents from the run's notifications and describe each as the JSON contract has it."""
     if run.responder is not None:  # the responder's book: declared incidents, mitigations
         return [_report(run, inc) for inc in run.responder.book.incidents]
-    book = IncidentBook()
+    book = IncidentBook(severity_matrix(run))
     for n in sorted(run.notifications, key=lambda n: n.at_s):
         book.ingest(n)
     return [_report(run, inc) for inc in book.incidents]
+
+
+def severity_matrix(run: ScenarioRun) -> SevMatrix:
+    """The run's severity matrix: the scenario's thresholds at the fleet's GPU-hour price."""
+    if run.responder is not None:
+        return run.responder.book.matrix
+    return severity_for(run.twin.spec.gpu_hour_usd, run.spec.severity)
 
 
 def _start_s(run: ScenarioRun, inc: Incident) -> float:
@@ -154,7 +161,7 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
     if resolved is None and not inc.firing:
         resolved = max((e.at_s for e in inc.timeline), default=None)
     start = _start_s(run, inc)
-    assessment = assess(impact_of(inc.alerts))
+    assessment = assess(impact_of(inc.alerts), severity_matrix(run))
     items: list[dict[str, str]] = []
     if blocked:
         items.append(

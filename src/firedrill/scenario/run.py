@@ -27,7 +27,9 @@ from firedrill.ports import Fleet
 from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
 from firedrill.remediate.training import StallDetector, run_hang_runbook
+from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
+from firedrill.respond.severity import severity_for
 from firedrill.scenario.chains import Chain, trace_chains
 from firedrill.scenario.command import symptom_kind
 from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
@@ -199,6 +201,7 @@ def _responder(
     return Responder(
         policy,
         twin,
+        book=IncidentBook(severity_for(fleet.gpu_hour_usd, spec.severity)),
         probe=EvaluatorProbe(burn, lambda: notifier.firing),
         classify=symptom_kind,
         signals=twin,
