@@ -208,3 +208,27 @@ def test_severity_thresholds_come_from_the_spec_but_not_the_price(tmp_path: Path
     assert result.exit_code == 4
     assert "gpu_hour_usd" in result.output
     assert "fleet" in result.output
+
+
+def test_the_hang_runbooks_quarantine_is_a_lever_and_no_action_item_is_about_xid(
+    tmp_path: Path,
+) -> None:
+    code, data = _respond("training-hang-512", tmp_path)
+    assert code == 0, data["expectations"]
+    (inc,) = data["incidents"]
+    run = data["training"]["pretrain-405b"]
+    suspend, quarantine = inc["levers"]
+    assert (suspend["kind"], suspend["order"]) == ("jobset_suspend", 1)
+    assert (quarantine["kind"], quarantine["order"]) == ("node_quarantine", 2)
+    assert quarantine["status"] == "applied"
+    assert quarantine["at_s"] == run["suspended_at_s"]
+    assert [o["op"] for o in quarantine["operations"]] == ["Taint", "Label"]
+    assert {o["args"]["node"] for o in quarantine["operations"]} == {run["node"]}
+    assert [o["op"] for o in quarantine["inverse"]] == ["Label", "Untaint"]
+    assert [s["op"] for s in run["runbook_steps"]] == [
+        "SuspendJobSet", "Taint", "Label", "ResumeJobSet"
+    ]  # fmt: skip
+    items = inc["postmortem"]["action_items"]
+    assert items
+    assert not any("xid" in i["text"].lower() for i in items), items
+    assert any(run["node"] in i["text"] for i in items)

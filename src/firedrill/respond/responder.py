@@ -573,6 +573,7 @@ _WHAT: Mapping[SymptomKind, str] = {
     "xid": "reduced capacity",
     "egress": "a security issue",
     "pd_imbalance": "latency",
+    "training_stall": "stalled training",
 }
 
 

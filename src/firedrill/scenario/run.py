@@ -26,7 +26,7 @@ from firedrill.model.spec import FleetSpec
 from firedrill.ports import Fleet
 from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
-from firedrill.remediate.training import StallDetector, run_hang_runbook
+from firedrill.remediate.training import StallDetector, StepRecord, run_hang_runbook
 from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
 from firedrill.respond.severity import severity_for
@@ -162,6 +162,8 @@ def run_scenario(
                         twin, twin.training, sp.jobset, records, gpu_hour_usd=fleet.gpu_hour_usd
                     )
                     entry.update(
+                        jobset=sp.jobset,
+                        runbook_steps=[_runbook_step(step) for step in rep.steps],
                         rank=rep.rank,
                         node=rep.node,
                         excluded=list(rep.excluded),
@@ -182,6 +184,12 @@ def run_scenario(
     twin.flush_ttft()
     run.chains = trace_chains(run)
     return run
+
+
+def _runbook_step(step: StepRecord) -> dict[str, Any]:
+    """One applied step of the hang runbook: when, which operation, on what."""
+    target = getattr(step.op, "node", None) or getattr(step.op, "jobset", "")
+    return {"at_s": step.at_s, "op": type(step.op).__name__, "target": target}
 
 
 def _responder(
