@@ -201,7 +201,13 @@ def _print_result(r: dict[str, Any]) -> None:
         for col in ("check", "held", "detail"):
             t.add_column(col)
         for c in r["security_floor"]:
-            held = "[green]yes[/]" if c.get("passed") else "[bold red]NO[/]"
+            held = (
+                "[yellow]not exercised[/]"
+                if c.get("status") == "not_exercised"
+                else "[green]yes[/]"
+                if c.get("passed")
+                else "[bold red]NO[/]"
+            )
             t.add_row(str(c.get("check")), held, str(c.get("detail", ""))[:100])
         console.print(t)
     reverted = r["reverted"]

@@ -390,11 +390,19 @@ class BadDigest(_InjectionBase):
 
 
 class NewDigestDuringPause(_InjectionBase):
-    """Promote a new signed digest in the primary while replication is paused (RPO_weights)."""
+    """Promote a new signed digest in the primary while replication is paused (RPO_weights).
+
+    With ``survivor_attempt`` the new digest is also rolled out at once as a canary
+    (``canary_percent`` of each pool), the way someone in a hurry would: every survivor is then
+    really asked to run a digest that has not landed there, so the security floor's ready-gate
+    check is exercised rather than reported ``not_exercised``.
+    """
 
     kind: Literal["new_digest_during_pause"]
     model: Name
     region: Name
+    survivor_attempt: bool = False
+    canary_percent: Annotated[int, Field(ge=1, le=100)] = 10
 
 
 Injection = Annotated[
