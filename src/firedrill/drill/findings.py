@@ -144,12 +144,6 @@ class Findings:
                     f"security floor: {check.get('check')} did not hold: "
                     f"{check.get('detail') or check.get('reason') or ''}".rstrip(": "),
                 )
-            elif check.get("status") == "not_exercised" and check.get("hint"):
-                self.add(
-                    "runbook_step",
-                    f"security floor: {check.get('check')} was not exercised (not a pass): "
-                    f"{check.get('detail')}; {check.get('hint')}",
-                )
         if unsigned:
             self.add(
                 "admission_policy",

@@ -434,7 +434,7 @@ class ResponderPolicy(_Strict):
             raise ValueError(
                 "auto_apply: cell_drain goes in steps under the capacity lead; it is proposed"
             )
-        names = [n.strip().casefold() for n in self.roster]
+        names = [canonical_identity(n) for n in self.roster]
         if len(set(names)) != len(names) or not all(names):
             raise ValueError("roster: every person has one distinct, non-empty name")
         return self
