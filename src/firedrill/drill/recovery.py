@@ -15,8 +15,9 @@ operations), so it measures the embedded twin and a remote one alike:
   the new one until it lands), admission never set to Ignore. Each check has a ``status``:
   ``passed``, ``failed`` or ``not_exercised``; a check the drill never put to the test (nothing
   tried to run the unlanded digest, no digest promoted during a pause, no admission decision)
-  says so and is not a pass (``passed`` is ``None``). A drill exercises the ready-gate with
-  ``new_digest_during_pause`` and ``survivor_attempt: true``;
+  says so and is not a pass (``passed`` is ``None``; ``hint`` says how the drill could have
+  exercised it). A drill exercises the ready-gate with ``new_digest_during_pause`` and
+  ``survivor_attempt: true``;
 * ``Failback`` — a second failover with less adrenaline: same signed digest and bundle on both
   sides, a green synthetic TTFT probe for N minutes, the primary's prefix cache warmed by
   mirrored traffic, weights stepped 0 → 10 → 40 → 70 → 100 while both regions are watched (one
@@ -398,7 +399,7 @@ def _check(check: str, passed: bool, detail: str) -> dict[str, object]:
 
 def _not_exercised(check: str, detail: str, hint: str | None = None) -> dict[str, object]:
     """A check the drill never put to the test: neither a pass nor a failure. ``hint``: how
-    this drill could have exercised it (then it becomes a finding)."""
+    this drill could have exercised it."""
     out: dict[str, object] = {
         "check": check,
         "status": "not_exercised",
