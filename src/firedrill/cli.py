@@ -347,7 +347,11 @@ def twin_serve(
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    api = control_api(twin, lock, host=host, enabled=control, token_file=token_file)
+    try:
+        api = control_api(twin, lock, host=host, enabled=control, token_file=token_file)
+    except FiredrillError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_SPEC) from exc
     server = MetricsServer(
         render,
         host=host,

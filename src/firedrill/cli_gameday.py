@@ -55,17 +55,21 @@ def _load(path: Path) -> Any:
 # -- hooks (other modules provide them; each is one call site) -------------------------------------
 
 
-def _recover_leftovers(journal_dir: Path | None, quiet: bool, token_file: Path) -> bool:
+def _recover_leftovers(
+    journal_dir: Path | None, quiet: bool, token_file: Path, target: str | None = None
+) -> bool:
     """Revert what interrupted drills left behind before starting a new one (said only when
-    there was something to revert)."""
+    there was something to revert); only through this run's own ``--target``."""
     from firedrill.cli_ladder import recover_leftovers
 
     buffer = io.StringIO()
     out = Console(file=buffer, width=100)
-    ok = recover_leftovers(journal_dir, token_file=token_file, out=out)
+    ok = recover_leftovers(
+        journal_dir, target=target, token_file=token_file, out=out, must_match=True
+    )
     text = buffer.getvalue()
-    if not quiet and not text.startswith("nothing to recover"):
-        err.print(text, end="", highlight=False, markup=False)
+    if (not quiet or not ok) and not text.startswith("nothing to recover"):
+        err.print(text, end="", highlight=False, markup=False, soft_wrap=True)
     return ok
 
 
@@ -198,7 +202,13 @@ def _print_result(r: dict[str, Any]) -> None:
         for col in ("check", "held", "detail"):
             t.add_column(col)
         for c in r["security_floor"]:
-            held = "[green]yes[/]" if c.get("passed") else "[bold red]NO[/]"
+            held = (
+                "[yellow]not exercised[/]"
+                if c.get("status") == "not_exercised"
+                else "[green]yes[/]"
+                if c.get("passed")
+                else "[bold red]NO[/]"
+            )
             t.add_row(str(c.get("check")), held, str(c.get("detail", ""))[:100])
         console.print(t)
     reverted = r["reverted"]
@@ -307,7 +317,7 @@ def run(
             )
         )  # fmt: skip
     try:
-        if not _recover_leftovers(journal_dir, quiet, token_file):
+        if not _recover_leftovers(journal_dir, quiet, token_file, target):
             err.print("[bold red]refused:[/] an interrupted drill's leftovers are not reverted")
             raise typer.Exit(EXIT_REFUSED)
     except FiredrillError as exc:

@@ -40,7 +40,8 @@ TargetOption = Annotated[
     str | None,
     typer.Option(
         "--target",
-        help="Revert through this twin URL instead of the one each journal names.",
+        help="Revert through this twin URL (the control token is sent nowhere else; a journal's "
+        "own URL is never used).",
     ),
 ]
 TokenFileOption = Annotated[
@@ -58,11 +59,16 @@ def recover_leftovers(
     target: str | None = None,
     token_file: Path = DEFAULT_TOKEN_FILE,
     out: Console | None = None,
+    must_match: bool = False,
 ) -> bool:
-    """Recover every unfinished journal; print what was done; ``False`` if anything failed."""
+    """Recover every unfinished journal; print what was done; ``False`` if anything failed.
+
+    The token goes only to ``target`` (the user's), never to a URL a journal names; with
+    ``must_match`` only journals naming that same twin are recovered (``target_for``).
+    """
     from firedrill.adapters.journal_file import JournalFiles, default_directory
     from firedrill.adapters.remote_twin import RemoteTwin, load_token
-    from firedrill.drill.recover import recover
+    from firedrill.drill.recover import recover, target_for
     from firedrill.model.journal import JournalHeader
 
     out = out or console
@@ -70,7 +76,7 @@ def recover_leftovers(
     tokens: dict[str, str] = {}
 
     def world_for(header: JournalHeader) -> RemoteTwin:
-        url = target or header.target
+        url = target_for(header, target, must_match=must_match)
         if "token" not in tokens:
             tokens["token"] = load_token(token_file)
         return RemoteTwin(url, tokens["token"])
@@ -99,7 +105,7 @@ def recover_leftovers(
                 highlight=False,
             )
         if j.note:
-            out.print(f"  {j.note}", highlight=False)
+            out.print(f"  {j.note}", highlight=False, markup=False, soft_wrap=True)
     out.print(
         f"{report.reverted} injection(s) reverted in {len(report.journals)} journal(s)"
         + ("" if report.ok else "; some could not be reverted (see above), run recover again")

@@ -196,6 +196,31 @@ def test_the_token_file_is_private_and_fresh(tmp_path: Path) -> None:
         load_token(tmp_path / "absent", environ={})
 
 
+def test_the_token_file_is_never_written_through_a_link_or_into_a_directory(
+    tmp_path: Path,
+) -> None:
+    from firedrill.errors import UnsafePathError
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o644)
+    link = tmp_path / "twin-token"
+    link.symlink_to(victim)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        write_token_file(link)
+    assert victim.read_text() == "precious\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        write_token_file(dangling)
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        write_token_file(tmp_path / "dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "dir", "twin-token", "victim"]
+
+
 def test_the_api_is_on_by_default_only_on_loopback(tmp_path: Path) -> None:
     twin = Twin(load_fleet(FLEET), 0, record=False)
     lock = threading.Lock()

@@ -8,11 +8,13 @@ in-process against an embedded twin standing in for the remote world.
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -147,7 +149,7 @@ def test_a_drill_killed_mid_run_leaves_nothing_behind_after_recover(
 
     recovered = subprocess.run(
         [*firedrill_command(), "gameday", "recover", "--journal-dir", str(journals),
-         "--token-file", str(token_file)],
+         "--target", url, "--token-file", str(token_file)],
         capture_output=True, text=True, env=_env(), timeout=60, check=False,
     )  # fmt: skip
     output = recovered.stdout + recovered.stderr
@@ -164,7 +166,7 @@ def test_a_drill_killed_mid_run_leaves_nothing_behind_after_recover(
 
     again = subprocess.run(
         [*firedrill_command(), "gameday", "recover", "--journal-dir", str(journals),
-         "--token-file", str(token_file)],
+         "--target", url, "--token-file", str(token_file)],
         capture_output=True, text=True, env=_env(), timeout=60, check=False,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
@@ -335,3 +337,104 @@ def test_an_unreachable_world_stops_at_the_first_failure(twin: Twin, tmp_path: P
     assert not report.ok
     assert world.calls == 1
     assert len(read(journal.path).unreverted) == 4
+
+
+# --- the control token never goes where a journal says --------------------------------------------
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A stranger's server: records every request and its Authorization header."""
+
+    seen: list[tuple[str, str | None]]
+
+    def _record(self) -> None:
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        self.send_response(500)
+        self.end_headers()
+
+    do_GET = do_POST = _record
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def stranger() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    seen: list[tuple[str, str | None]] = []
+    handler = type("Stranger", (_Recorder,), {"seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _planted(directory: Path, url: str) -> Path:
+    """An unfinished journal whose header names ``url`` (anyone who can write the directory)."""
+    journal = Journal.create(
+        directory, drill="l6-capacity", spec_sha256=SHA, seed=1, run_by="mallory", target=url
+    )
+    journal.intend(ops.DenyCapacity("us-west-2"), ops.AllowCapacity("us-west-2"), 0.0)
+    journal.close()
+    return journal.path
+
+
+def test_recover_never_sends_the_token_to_a_journals_url(
+    stranger: tuple[str, list[tuple[str, str | None]]], tmp_path: Path
+) -> None:
+    url, seen = stranger
+    journals = tmp_path / "journal"
+    path = _planted(journals, url)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    recovered = subprocess.run(
+        [*firedrill_command(), "gameday", "recover", "--journal-dir", str(journals),
+         "--token-file", str(token_file)],
+        capture_output=True, text=True, env=_env(), timeout=60, check=False,
+    )  # fmt: skip
+    output = recovered.stdout + recovered.stderr
+    assert seen == []  # not a single request, let alone one with the token
+    assert recovered.returncode == 4, output
+    assert "NOT recovered" in output
+    assert f"recover --target {url}" in output  # says what to do if that twin is yours
+    assert not read(path).finished  # nothing lost: the next, named recovery can still finish it
+
+
+def test_gameday_run_does_not_recover_a_journal_naming_another_twin(
+    stranger: tuple[str, list[tuple[str, str | None]]], tmp_path: Path
+) -> None:
+    url, seen = stranger
+    journals = tmp_path / "journal"
+    path = _planted(journals, url)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    drill = HERE / "gameday-blackhole.yaml"
+    ran = subprocess.run(
+        [*firedrill_command(), "gameday", "run", str(drill), "--quiet", "--journal-dir",
+         str(journals), "--token-file", str(token_file)],
+        capture_output=True, text=True, env=_env(), timeout=120, check=False,
+    )  # fmt: skip
+    output = ran.stdout + ran.stderr
+    assert seen == []
+    assert ran.returncode == 5, output  # refused to start: leftovers not reverted
+    assert f"recover --target {url}" in output
+    assert not read(path).finished
+
+
+def test_a_run_recovers_only_journals_naming_its_own_target(tmp_path: Path) -> None:
+    from firedrill.drill.recover import same_target, target_for
+    from firedrill.errors import JournalError
+
+    header = read(_planted(tmp_path, "http://127.0.0.1:9/")).header
+    assert target_for(header, "http://127.0.0.1:9") == "http://127.0.0.1:9"
+    assert target_for(header, "HTTP://127.0.0.1:9/", must_match=True) == "HTTP://127.0.0.1:9/"
+    with pytest.raises(JournalError, match="not this run's target"):
+        target_for(header, "http://127.0.0.1:10", must_match=True)
+    with pytest.raises(JournalError, match="sends the control token only to a twin you name"):
+        target_for(header, None)
+    assert same_target("http://localhost", "http://LOCALHOST:80/")
+    assert not same_target("http://localhost", "https://localhost")

@@ -7,6 +7,11 @@ The demo has three regions; us-east-1 holds cells use1-a/b/c, each with 56 llm-7
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
@@ -27,6 +32,8 @@ from firedrill.respond.guards import (
     UnsafeKind,
     UnsafeRequest,
     check_approvals,
+    check_rollback_target,
+    check_scale_in_paused,
     check_sev1,
     drain_headroom,
     paused_pools,
@@ -112,8 +119,40 @@ def demo(warm_s: float = 60.0) -> Twin:
     return twin
 
 
+@dataclass(frozen=True)
+class _Digest:
+    model: int
+    digest: str
+    signed: bool
+    attested: bool
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    digests: tuple[_Digest, ...] = (_Digest(0, "sha256:ok", True, True),)
+    digest_index: Mapping[str, int] = field(default_factory=lambda: {"sha256:ok": 0})
+    model_index: Mapping[str, int] = field(default_factory=lambda: {"m": 0})
+
+
+def _genuine(guard: str) -> GuardResult:
+    """A passing result minted by the guard itself (a made-up one is not counted)."""
+    if guard == "scale_in_paused":
+        return check_scale_in_paused((), incident_tags=(), applied=())
+    if guard == "drain_headroom":
+        return drain_headroom(
+            "m", CellLoad("a", 1.0, 1.0, 10.0), [CellLoad("b", 1.0, 10.0, 10.0)], cold_penalty=0.0
+        ).result
+    if guard == "rollback_target":
+        return check_rollback_target(_Catalog(), "m", "sha256:ok")
+    if guard == "sev1":
+        return check_sev1(Sev.SEV1, "x")
+    raise AssertionError(guard)
+
+
 def ran(*guards: str) -> tuple[GuardResult, ...]:
-    return tuple(GuardResult(True, "checked", g) for g in guards)
+    results = tuple(_genuine(g) for g in guards)
+    assert all(r.ok and r.guard == g for r, g in zip(results, guards, strict=True))
+    return results
 
 
 def weight(twin: Twin, model: str, cell: str) -> int:
@@ -475,6 +514,74 @@ def test_fleet_wide_kill_switch_needs_the_ic_and_security() -> None:
     applied = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="exfil", checks=sev1)
     assert applied.status == "applied"
     assert twin.flags[DENY_ALL_FLAG] == "true"
+
+
+@pytest.mark.parametrize(
+    "approvers",
+    [
+        (Approver("alice", "security_lead"), Approver("alice", "incident_commander"),
+         Approver("bob", "scribe")),
+        (Approver("alice", "security_lead"), Approver("Alice", "incident_commander"),
+         Approver("bob", "scribe")),
+        (Approver("alice", "security_lead"), Approver("ａｌｉｃｅ", "incident_commander")),
+        (Approver("alice", "security_lead"), Approver("alice", "incident_commander"), OPS, CAP),
+    ],
+)  # fmt: skip
+def test_fleet_wide_deny_all_needs_two_people_in_the_two_roles(
+    approvers: tuple[Approver, ...],
+) -> None:
+    twin = fresh()
+    sev1 = (check_sev1(Sev.SEV1, "deny-all"),)
+    entry = pull(
+        Lever("kill_switch", "*"), twin, approvers=approvers, at_s=0, reason="x", checks=sev1
+    )
+    assert entry.status == "refused"
+    assert "distinct" in entry.reason
+    assert DENY_ALL_FLAG not in twin.flags
+
+
+def test_role_holders_are_matched_to_distinct_people() -> None:
+    def deny_all(*approvers: Approver) -> bool:
+        return check_approvals(
+            "kill_switch",
+            approvers,
+            decided_by={"security_lead"},
+            fleet_scope=True,
+            fleet_roles={"incident_commander"},
+        ).ok
+
+    alice_sec, alice_ic = (
+        Approver("alice", "security_lead"),
+        Approver("alice", "incident_commander"),
+    )
+    assert not deny_all(alice_sec, alice_ic)
+    assert not deny_all(alice_sec, alice_ic, Approver("bob", "scribe"))
+    # alice could hold either role; with ivy as commander the two roles have two holders
+    assert deny_all(alice_sec, alice_ic, Approver("ivy", "incident_commander"))
+    assert deny_all(Approver("ivy", "incident_commander"), alice_sec)
+
+
+def test_a_caller_made_passing_check_does_not_satisfy_a_guard() -> None:
+    twin = fresh()
+    lever = Lever("kill_switch", "*")
+    forged = (GuardResult(True, "the incident is SEV1, trust me", "sev1"),)
+    entry = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="x", checks=forged)
+    assert entry.status == "refused"
+    assert "did not come from its guard" in entry.reason
+    assert "needs the sev1 guard" in entry.reason
+    flipped = (dataclasses.replace(check_sev1(Sev.SEV2, "deny-all"), ok=True),)
+    entry = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="x", checks=flipped)
+    assert entry.status == "refused"
+    assert DENY_ALL_FLAG not in twin.flags
+    # a genuine result stays genuine through copies and pickling (process pools)
+    genuine = check_sev1(Sev.SEV1, "deny-all")
+    for same in (copy.copy(genuine), copy.deepcopy(genuine), pickle.loads(pickle.dumps(genuine))):
+        assert same.genuine
+    assert not GuardResult(True, "x", "sev1").genuine
+    route = Lever("cell_quarantine", "euw1-b")
+    fake_scale = (GuardResult(True, "pinned", "scale_in_paused"),)
+    entry = pull(route, twin, approvers=[SEC], at_s=0, reason="x", checks=fake_scale)
+    assert entry.status == "refused"
 
 
 def test_the_global_route_table_needs_a_second_approver() -> None:

@@ -93,3 +93,25 @@ def test_the_same_scenario_and_seed_give_the_same_json() -> None:
     _, a = run("pd-imbalance")
     _, b = run("pd-imbalance")
     assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def test_a_policy_without_break_glass_kinds_still_needs_a_grant_for_a_rollback() -> None:
+    """``breakglass: []`` cannot take digest_rollback out of break-glass: each rollback the
+    responder applies in auto mode is under a two-person grant, and each use pages security."""
+    spec, fleet, slo, policy = load_scenario(SCENARIOS / "fast-and-wrong-digest.yaml")
+    assert spec.responder is not None
+    responder = spec.responder.model_copy(update={"breakglass": []})
+    r = run_scenario(spec.model_copy(update={"responder": responder}), fleet, slo, policy)
+    data = to_json(r, evaluate(r, list(spec.expect)), spec_sha256="test")
+    applied = [
+        (inc, lv)
+        for inc in incidents(data)
+        for lv in inc["levers"]
+        if lv["kind"] == "digest_rollback" and lv["status"] == "applied"
+    ]
+    assert applied
+    for inc, lv in applied:
+        assert lv["breakglass"] is not None
+        (grant,) = [g for g in inc["breakglass"] if g["grant"] == lv["breakglass"]]
+        assert grant["security_pages"]
+        assert set(grant["approvers"]) == {"ic-oncall", "security-lead"}

@@ -57,7 +57,6 @@ from __future__ import annotations
 import hmac
 import json
 import math
-import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -66,9 +65,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from firedrill.adapters.safe_files import replace_private
 from firedrill.drill.journal import decode_op, encode_op
 from firedrill.drill.wire import to_wire
-from firedrill.errors import FiredrillError, JournalError, OperationError, UnknownTargetError
+from firedrill.errors import (
+    FiredrillError,
+    JournalError,
+    OperationError,
+    UnknownTargetError,
+    UnsafePathError,
+)
 from firedrill.model import operations as ops
 from firedrill.twin.engine import Twin
 from firedrill.twin.world import TwinWorld
@@ -100,15 +106,16 @@ def is_loopback(host: str) -> bool:
 
 
 def write_token_file(path: Path) -> str:
-    """A fresh bearer token, written to ``path`` readable by its owner only (0600)."""
+    """A fresh bearer token, written to ``path`` readable by its owner only (0600).
+
+    Never through a link planted at ``path`` (``UnsafePathError``): the token goes into a new
+    file created exclusively and renamed into place (``adapters/safe_files.py``).
+    """
     token = secrets.token_urlsafe(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.fchmod(fd, 0o600)  # an existing file keeps its old mode through O_CREAT
-        os.write(fd, (token + "\n").encode())
-    finally:
-        os.close(fd)
+        replace_private(path, (token + "\n").encode(), what="control token")
+    except OSError as exc:
+        raise UnsafePathError(f"cannot write the control token to {path}: {exc}") from exc
     return token
 
 

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from firedrill.model.identity import same_person
+
 __all__ = [
     "RUNG_NAMES",
     "Gate",
@@ -177,11 +179,11 @@ def rotation_warnings(
     """Warnings for a run about to happen (or just recorded, when it is the last of ``runs``)."""
     warnings = []
     previous = _ordered(runs, model, rung)
-    if previous and previous[-1].run_by == run_by:
+    if previous and same_person(previous[-1].run_by, run_by):
         warnings.append(
             f"{run_by} ran L{rung} for {model} last time too: rotate who runs the drill"
         )
-    if runbook_author is not None and runbook_author == run_by:
+    if runbook_author is not None and same_person(runbook_author, run_by):
         warnings.append(
             f"{run_by} wrote the runbook of this drill and is running it: the person who wrote "
             "the runbook is the worst tester of it; rotate who runs the drill"
@@ -206,11 +208,15 @@ def _history_warnings(runs: Sequence[LadderRun], model: str) -> list[str]:
     out = []
     for rung in range(TOP_RUNG + 1):
         ordered = _ordered(runs, model, rung)
-        if len(ordered) >= 2 and ordered[-1].run_by == ordered[-2].run_by:
+        if len(ordered) >= 2 and same_person(ordered[-1].run_by, ordered[-2].run_by):
             out.append(
                 f"L{rung}: {ordered[-1].run_by} ran the last two runs; rotate who runs the drill"
             )
-        if ordered and ordered[-1].runbook_author == ordered[-1].run_by:
+        if (
+            ordered
+            and ordered[-1].runbook_author is not None
+            and same_person(ordered[-1].runbook_author, ordered[-1].run_by)
+        ):
             out.append(
                 f"L{rung}: {ordered[-1].run_by} ran a drill of a runbook they wrote "
                 f"({ordered[-1].drill})"

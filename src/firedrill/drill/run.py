@@ -67,6 +67,7 @@ from firedrill.respond import levers
 from firedrill.respond.guards import Approver, GuardResult, plan_cell_drain
 from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.levers import Lever, LeverJournalEntry
+from firedrill.respond.severity import severity_for
 
 ProgressFn = Callable[[float], None]
 DEFAULT_TTFT_THRESHOLD_S = 2.0
@@ -524,7 +525,7 @@ def _drive(
     causes = CauseEvaluator(run.slo, world)
     notifier = Notifier(run.slo.routing)
     controller = RemediationController(policy, world)
-    book = IncidentBook(paid_products=())
+    book = IncidentBook(severity_for(run.fleet_spec.gpu_hour_usd, spec.severity), paid_products=())
     failover_approvers, drain_approvers = _approvers(spec)
     failover: Failover | None = None
     if spec.survivor and spec.target.region is not None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from firedrill.detect.slo import SloSpec
 from firedrill.model.spec import NAME_RE, FleetSpec
 from firedrill.remediate.policy import PolicySpec
 from firedrill.respond.guards import Role
+from firedrill.respond.severity import SevMatrix, refuse_price
 
 DURATION_RE = r"^[0-9]+(ms|s|m|h|d)$"
 SIGNED_DURATION_RE = r"^-?[0-9]+(ms|s|m|h|d)$"
@@ -395,11 +396,19 @@ class BadDigest(_InjectionBase):
 
 
 class NewDigestDuringPause(_InjectionBase):
-    """Promote a new signed digest in the primary while replication is paused (RPO_weights)."""
+    """Promote a new signed digest in the primary while replication is paused (RPO_weights).
+
+    With ``survivor_attempt`` the new digest is also rolled out at once as a canary
+    (``canary_percent`` of each pool), the way someone in a hurry would: every survivor is then
+    really asked to run a digest that has not landed there, so the security floor's ready-gate
+    check is exercised rather than reported ``not_exercised``.
+    """
 
     kind: Literal["new_digest_during_pause"]
     model: Name
     region: Name
+    survivor_attempt: bool = False
+    canary_percent: Annotated[int, Field(ge=1, le=100)] = 10
 
 
 Injection = Annotated[
@@ -558,6 +567,13 @@ class DrillSpec(_Strict):
     freeze_competitors: bool = True
     failback: FailbackSpec = FailbackSpec()
     owners: dict[FindingKind, str] = Field(default_factory=_default_owners)
+    # Severity thresholds (default: respond/severity.py's table); the GPU-hour price is the fleet's.
+    severity: SevMatrix | None = None
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _severity_price_is_the_fleets(cls, data: object) -> object:
+        return refuse_price(data)
 
     @model_validator(mode="before")
     @classmethod

@@ -31,6 +31,7 @@ from typing import Literal
 
 from firedrill.errors import UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.model.identity import canonical_identity
 from firedrill.model.state import CellView
 from firedrill.ports import Capacity, Digests, Signals
 from firedrill.respond.severity import Sev
@@ -57,21 +58,59 @@ Role = Literal[
 ]
 
 
+class _Seal:
+    """The mark of a result minted here; one instance, kept through copies and pickling."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> str:
+        return "_SEAL"
+
+    def __copy__(self) -> _Seal:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _Seal:
+        return self
+
+
+_SEAL = _Seal()
+
+
 @dataclass(frozen=True)
 class GuardResult:
-    """One guard's verdict. ``guard`` names the check, so a journal can show which ones ran."""
+    """One guard's verdict. ``guard`` names the check, so a journal can show which ones ran.
+
+    Only the guards (``passed`` and ``refused`` here) mint a genuine result: anything built
+    another way (``GuardResult(True, ...)``, ``dataclasses.replace`` of a refusal) is not
+    ``genuine``, and a lever pull does not count it as a guard that ran (``levers._vet``).
+    """
 
     ok: bool
     reason: str
     guard: str = ""
 
+    @property
+    def genuine(self) -> bool:
+        """Minted by a guard of this module, not made up by a caller."""
+        return getattr(self, _SEAL_ATTR, None) is _SEAL
 
-def passed(guard: str, reason: str) -> GuardResult:
-    return GuardResult(True, reason, guard)
+
+_SEAL_ATTR = "_guard_seal"  # an attribute, not a field: asdict/replace/== never see or copy it
+
+
+def _mint(ok: bool, guard: str, reason: str) -> GuardResult:
+    result = GuardResult(ok, reason, guard)
+    object.__setattr__(result, _SEAL_ATTR, _SEAL)
+    return result
+
+
+def _passed(guard: str, reason: str) -> GuardResult:
+    return _mint(True, guard, reason)
 
 
 def refused(guard: str, reason: str) -> GuardResult:
-    return GuardResult(False, reason, guard)
+    """A refusal: anyone may refuse (it only ever stops a lever)."""
+    return _mint(False, guard, reason)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,6 +125,26 @@ class Approver:
     role: Role
 
 
+def _assign(
+    slots: Sequence[frozenset[Role] | None], holders: Mapping[str, frozenset[Role]]
+) -> dict[int, str] | None:
+    """Distinct people for the role slots (``None``: any role), or None when none exists."""
+
+    def fill(i: int, taken: dict[int, str]) -> dict[int, str] | None:
+        if i == len(slots):
+            return taken
+        want = slots[i]
+        for person, roles in sorted(holders.items()):
+            if person in taken.values() or (want is not None and not want & roles):
+                continue
+            found = fill(i + 1, {**taken, i: person})
+            if found is not None:
+                return found
+        return None
+
+    return fill(0, {})
+
+
 def check_approvals(
     kind: str,
     approvers: Sequence[Approver],
@@ -94,27 +153,49 @@ def check_approvals(
     fleet_scope: bool,
     fleet_roles: Collection[Role] = (),
 ) -> GuardResult:
-    """The lever's owner approved it; fleet-wide levers also have a second, distinct approver."""
+    """The lever's owner approved it; fleet-wide levers also have a second, distinct approver,
+    and every role they need is held by a different person.
+
+    People are told apart canonically (``model.identity``): ``alice`` and ``Alice`` are one
+    person, so one person approving in two roles, or under two spellings, is one approval.
+    """
     guard = "approvals"
     owners = " or ".join(sorted(decided_by))
     if not approvers:
         return refused(guard, f"{kind} needs approval by the {owners}")
+    holders: dict[str, frozenset[Role]] = {}
+    for a in approvers:
+        who = canonical_identity(a.name)
+        if not who:
+            return refused(guard, f"{kind}: an approval names nobody ({a.name!r} as {a.role})")
+        holders[who] = holders.get(who, frozenset()) | {a.role}
     if not any(a.role in decided_by for a in approvers):
         who = ", ".join(f"{a.name} ({a.role})" for a in approvers)
         return refused(guard, f"{kind} is decided by the {owners}; approved only by {who}")
-    people = {a.name.strip().casefold() for a in approvers}
-    if fleet_scope and len(people) < 2:
-        return refused(
-            guard,
-            f"{kind} edits fleet-wide state: it needs a second approver, distinct from "
-            f"{approvers[0].name}",
-        )
     if fleet_scope:
+        if len(holders) < 2:
+            return refused(
+                guard,
+                f"{kind} edits fleet-wide state: it needs a second approver, distinct from "
+                f"{approvers[0].name}",
+            )
         missing = sorted(set(fleet_roles) - {a.role for a in approvers})
         if missing:
             return refused(guard, f"fleet-wide {kind} also needs the {', '.join(missing)}")
+        slots: list[frozenset[Role] | None] = [frozenset(decided_by)]
+        slots += [frozenset({r}) for r in sorted(fleet_roles)]
+        if len(slots) < 2:
+            slots.append(None)  # a second person, in any role
+        if _assign(slots, holders) is None:
+            roles = [owners, *sorted(fleet_roles)] if fleet_roles else [owners, "a second person"]
+            shared = ", ".join(dict.fromkeys(f"{a.name} ({a.role})" for a in approvers))
+            return refused(
+                guard,
+                f"fleet-wide {kind} needs the {' and the '.join(roles)} held by distinct "
+                f"people; approved by {shared}",
+            )
     names = ", ".join(dict.fromkeys(f"{a.name} ({a.role})" for a in approvers))
-    return passed(guard, f"{kind} approved by {names}")
+    return _passed(guard, f"{kind} approved by {names}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +269,7 @@ class DrainHeadroom:
                 f"cold-cache penalty {self.cold_penalty:.0%}, {limit}",
             )
         parts = ", ".join(f"{r.cell} {r.utilization:.0%}" for r in self.receivers)
-        return passed(
+        return _passed(
             guard,
             f"{self.model}: {self.cell}'s {self.moved_rps:.0f} req/s fits: {parts} "
             f"with the cold-cache penalty, {limit}",
@@ -258,7 +339,7 @@ class DrainPlan:
         bad = [h.result for h in self.headroom if not h.ok]
         if bad:
             return refused("drain_headroom", "; ".join(r.reason for r in bad))
-        return passed("drain_headroom", "; ".join(h.result.reason for h in self.headroom))
+        return _passed("drain_headroom", "; ".join(h.result.reason for h in self.headroom))
 
     def burning(self, receiver_burn_rates: Mapping[str, float]) -> tuple[str, ...]:
         """Receivers burning their error budget at or above the fast-burn rate."""
@@ -357,7 +438,7 @@ def check_rollback_target(catalog: Digests, model: str, digest: str) -> GuardRes
             f"{digest} is not {' or '.join(missing)}: admission would deny it, and a rollback "
             "goes through admission like any deploy",
         )
-    return passed(guard, f"{digest} is a previous {model} digest, signed and attested")
+    return _passed(guard, f"{digest} is a previous {model} digest, signed and attested")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,12 +461,18 @@ def check_scale_in_paused(
     *,
     incident_tags: Collection[str],
     applied: Iterable[ops.Operation],
+    moves_no_traffic: str | None = None,
 ) -> GuardResult:
-    """In a registry or hydrate incident, the pools a traffic lever touches are pinned first."""
+    """In a registry or hydrate incident, the pools a traffic lever touches are pinned first.
+
+    ``moves_no_traffic`` names the lever kind when it moves no traffic (nothing to pin).
+    """
     guard = "scale_in_paused"
+    if moves_no_traffic is not None:
+        return _passed(guard, f"{moves_no_traffic} does not move traffic")
     tags = sorted(REGISTRY_TAGS.intersection(incident_tags))
     if not tags:
-        return passed(guard, "not a registry or hydrate incident")
+        return _passed(guard, "not a registry or hydrate incident")
     pinned = paused_pools(applied)
     loose = sorted(set(pools) - pinned)
     if loose:
@@ -395,7 +482,7 @@ def check_scale_in_paused(
             f"{'/'.join(tags)} incident: pause scale-in first (scaler_pause), warm capacity that "
             f"scales in cannot be hydrated back; not pinned: {where}",
         )
-    return passed(guard, f"{'/'.join(tags)} incident: scalers pinned before traffic moves")
+    return _passed(guard, f"{'/'.join(tags)} incident: scalers pinned before traffic moves")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,7 +544,7 @@ def widens_access(op: ops.Operation, previous: ops.Operation | None = None) -> s
 def check_sev1(sev: Sev, what: str) -> GuardResult:
     """A lever kept for the worst incidents (the fleet-wide egress deny-all) needs SEV1."""
     if sev is Sev.SEV1:
-        return passed("sev1", f"{what}: the incident is SEV1")
+        return _passed("sev1", f"{what}: the incident is SEV1")
     return refused(
         "sev1",
         f"{what} is a SEV1 lever and the incident is {sev}: contain the tenant first "
@@ -473,7 +560,7 @@ def check_narrows(
         why = widens_access(op, inv)
         if why is not None:
             return refused("narrows_access", f"refused: {why}; containment never widens access")
-    return passed("narrows_access", "every operation narrows or keeps access")
+    return _passed("narrows_access", "every operation narrows or keeps access")
 
 
 UnsafeKind = Literal[
@@ -525,6 +612,19 @@ class UnsafeRequest:
     kind: UnsafeKind
     target: str = ""
     requested_by: str = ""
+
+
+def check_stable_at_100(
+    model: str, cells: Collection[str], *, running_canary: str | None, on_canary: Sequence[str]
+) -> GuardResult:
+    """After an abort: no canary runs (``running_canary``: what still does) and no pool of
+    ``cells`` has traffic on a canary digest (``on_canary``: where some still is)."""
+    guard = "stable_at_100"
+    if running_canary is not None:
+        return refused(guard, f"{model} canary {running_canary}")
+    if on_canary:
+        return refused(guard, f"{model} traffic still on the canary: {', '.join(on_canary)}")
+    return _passed(guard, f"{model}: stable digest at 100% in {', '.join(sorted(cells))}")
 
 
 def refuse_unsafe(request: UnsafeRequest) -> GuardResult:

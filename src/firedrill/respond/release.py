@@ -27,8 +27,12 @@ from typing import Protocol, runtime_checkable
 from firedrill.model.release import RolloutView
 from firedrill.model.series import Labels
 from firedrill.ports import Fleet, Signals
-from firedrill.respond.guards import DigestCatalog, GuardResult, check_rollback_target, passed
-from firedrill.respond.guards import refused as refused_result
+from firedrill.respond.guards import (
+    DigestCatalog,
+    GuardResult,
+    check_rollback_target,
+    check_stable_at_100,
+)
 from firedrill.respond.levers import DigestParams, Lever
 from firedrill.respond.responder import Candidate, RunbookContext, runbook
 from firedrill.respond.suspects import Symptom
@@ -197,22 +201,18 @@ def stable_at_100(
     fleet: Fleet, signals: Signals, model: str, cells: Collection[str]
 ) -> GuardResult:
     """After an abort: no canary runs and no pool of ``cells`` has traffic on a canary digest."""
-    guard = "stable_at_100"
     if isinstance(fleet, Releases):
         view = fleet.rollout_view(model)
         if view.running:
-            return refused_result(
-                guard, f"{model} canary {view.canary_digest} still at {view.canary_percent}%"
-            )
+            running = f"{view.canary_digest} still at {view.canary_percent}%"
+            return check_stable_at_100(model, cells, running_canary=running, on_canary=())
     _, labels, values = signals.instant(CANARY_SHARE, {"model_name": model})
     on_canary = [
         f"{_label(lab, 'cell')} {v:.0%}"
         for lab, v in zip(labels, values.tolist(), strict=True)
         if _label(lab, "cell") in cells and math.isfinite(v) and v > 0
     ]
-    if on_canary:
-        return refused_result(guard, f"{model} traffic still on the canary: {', '.join(on_canary)}")
-    return passed(guard, f"{model}: stable digest at 100% in {', '.join(sorted(cells))}")
+    return check_stable_at_100(model, cells, running_canary=None, on_canary=on_canary)
 
 
 @runbook("quality")

@@ -9,13 +9,14 @@ journaled as applied automation, and the postmortem's timings are measured from 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from firedrill.model import operations as ops
 from firedrill.model.series import Labels
-from firedrill.respond.incidents import Incident, IncidentBook, impact_of
-from firedrill.respond.severity import assess
+from firedrill.respond.incidents import STALLED_JOB_ALERT, Incident, IncidentBook, impact_of
+from firedrill.respond.severity import SevMatrix, assess, severity_for
 from firedrill.respond.suspects import (
     Symptom,
     SymptomKind,
@@ -66,6 +67,8 @@ def symptom_kind(alerts: list[Labels]) -> SymptomKind:
         return "ttft"
     if any("Availability" in n for n in names):
         return "availability"
+    if STALLED_JOB_ALERT in names:
+        return "training_stall"
     return "xid"
 
 
@@ -73,10 +76,17 @@ def command(run: ScenarioRun) -> list[dict[str, Any]]:
     """Open incidents from the run's notifications and describe each as the JSON contract has it."""
     if run.responder is not None:  # the responder's book: declared incidents, mitigations
         return [_report(run, inc) for inc in run.responder.book.incidents]
-    book = IncidentBook()
+    book = IncidentBook(severity_matrix(run))
     for n in sorted(run.notifications, key=lambda n: n.at_s):
         book.ingest(n)
     return [_report(run, inc) for inc in book.incidents]
+
+
+def severity_matrix(run: ScenarioRun) -> SevMatrix:
+    """The run's severity matrix: the scenario's thresholds at the fleet's GPU-hour price."""
+    if run.responder is not None:
+        return run.responder.book.matrix
+    return severity_for(run.world.fleet_spec().gpu_hour_usd, run.spec.severity)
 
 
 def _start_s(run: ScenarioRun, inc: Incident) -> float:
@@ -132,18 +142,7 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
         if "suspended_at_s" in t and world.jobset(js).cell == inc.cell
     ]
     for t in training:
-        levers.append(
-            {
-                "kind": "jobset_suspend",
-                "scope": "cell",
-                "at_s": t["suspended_at_s"],
-                "status": "applied",
-                "reason": f"hang runbook: rank {t['rank']} on {t['node']} excluded",
-                "approvers": ["automation"],
-                "verified": t.get("resumed_at_s") is not None,  # training progresses again
-                **_undo(run, t["suspended_at_s"], None, (ops.SuspendJobSet,)),
-            }
-        )
+        levers += _hang_runbook_levers(run, t)
     applied = sorted(
         lv["at_s"]
         for lv in levers
@@ -154,7 +153,7 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
     if resolved is None and not inc.firing:
         resolved = max((e.at_s for e in inc.timeline), default=None)
     start = _start_s(run, inc)
-    assessment = assess(impact_of(inc.alerts))
+    assessment = assess(impact_of(inc.alerts), severity_matrix(run))
     items: list[dict[str, str]] = []
     if blocked:
         items.append(
@@ -162,6 +161,15 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
                 "kind": "automation_guardrail",
                 "text": f"review the {blocked[0].budget} budget that held remediation "
                 f"in {inc.cell} ({len(blocked)} actions not taken): {_budget_config(run)}",
+            }
+        )
+    for t in training:
+        items.append(
+            {
+                "kind": "runbook_step",
+                "text": f"{t['jobset']}: burn in {t['node']} (rank {t['rank']}, quarantined by "
+                f"the hang runbook) before it rejoins; {t['steps_lost']:.0f} steps were lost "
+                "since the last checkpoint: review the checkpoint interval",
             }
         )
     if kind == "ttft" and causes and causes[0].stream == "demand":
@@ -234,6 +242,44 @@ def _budget_config(run: ScenarioRun) -> str:
 def _target(a: Any) -> str:
     """The node a quarantine acted on, or the pod an eject took out (its detail starts with it)."""
     return str(a.detail).split(":", 1)[0] if a.action == "eject" else str(a.node)
+
+
+def _hang_runbook_levers(run: ScenarioRun, t: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The hang runbook's levers in the order it pulled them: the JobSet suspended, then each
+    hung node quarantined (taint and label), each at the time it was applied."""
+    verified = t.get("resumed_at_s") is not None  # training progresses again
+    out: list[dict[str, Any]] = []
+    for step in t.get("runbook_steps", ()):
+        if step["op"] == "SuspendJobSet":
+            out.append(
+                {
+                    "kind": "jobset_suspend",
+                    "scope": "cell",
+                    "at_s": step["at_s"],
+                    "status": "applied",
+                    "reason": f"hang runbook: rank {t['rank']} on {t['node']} excluded",
+                    "approvers": ["automation"],
+                    "verified": verified,
+                    **_undo(run, step["at_s"], None, (ops.SuspendJobSet,)),
+                }
+            )
+        elif step["op"] == "Taint":
+            node = step["target"]
+            out.append(
+                {
+                    "kind": "node_quarantine",
+                    "scope": "cell",
+                    "at_s": step["at_s"],
+                    "status": "applied",
+                    "reason": f"hang runbook: {node} holds hung rank(s), kept out of the gang",
+                    "approvers": ["automation"],
+                    "verified": verified,
+                    **_undo(run, step["at_s"], node, (ops.Taint, ops.Label)),
+                }
+            )
+    for n, lever in enumerate(out, 1):
+        lever["order"] = n  # the runbook's own order (levers at the same second included)
+    return out
 
 
 def _undo(

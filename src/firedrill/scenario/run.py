@@ -28,8 +28,10 @@ from firedrill.model.spec import FleetSpec
 from firedrill.ports import ScenarioWorld, ScenarioWorldFactory
 from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
-from firedrill.remediate.training import StallDetector, run_hang_runbook
+from firedrill.remediate.training import StallDetector, StepRecord, run_hang_runbook
+from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
+from firedrill.respond.severity import severity_for
 from firedrill.scenario.chains import Chain, ChainSources, trace_chains
 from firedrill.scenario.command import symptom_kind
 from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
@@ -162,6 +164,8 @@ def run_scenario(
                         world, world, sp.jobset, records, gpu_hour_usd=fleet.gpu_hour_usd
                     )
                     entry.update(
+                        jobset=sp.jobset,
+                        runbook_steps=[_runbook_step(step) for step in rep.steps],
                         rank=rep.rank,
                         node=rep.node,
                         excluded=list(rep.excluded),
@@ -192,6 +196,12 @@ def run_scenario(
     return run
 
 
+def _runbook_step(step: StepRecord) -> dict[str, Any]:
+    """One applied step of the hang runbook: when, which operation, on what."""
+    target = getattr(step.op, "node", None) or getattr(step.op, "jobset", "")
+    return {"at_s": step.at_s, "op": type(step.op).__name__, "target": target}
+
+
 def _responder(
     spec: ScenarioSpec,
     fleet: FleetSpec,
@@ -209,6 +219,7 @@ def _responder(
     return Responder(
         policy,
         world,
+        book=IncidentBook(severity_for(fleet.gpu_hour_usd, spec.severity)),
         probe=EvaluatorProbe(burn, lambda: notifier.firing),
         classify=symptom_kind,
         signals=world,
