@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -29,18 +28,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from firedrill.cli.common import ExitCode, console, err
 from firedrill.errors import FiredrillError
 
 if TYPE_CHECKING:
     from firedrill.drill.many import Executor, RunOutcome
 
-EXIT_FAILED = 1
-EXIT_SPEC = 4
-EXIT_CANCELLED = 130  # the shell's code for a process ended by SIGINT
 SHOWN_NOT_PASSED = 10  # runs that did not pass, listed on the terminal (all are in the JSON)
-
-console = Console()
-err = Console(stderr=True)
 
 
 class ExecutorKind(enum.StrEnum):
@@ -170,7 +164,7 @@ def run_sweep(
     quiet: bool,
     target: str | None = None,
     db: str | None = None,
-) -> int:
+) -> ExitCode:
     """Run the sweep and report it; returns the exit code."""
     from firedrill.drill.many import DrillJob, run_many, usable_cpus
 
@@ -217,11 +211,11 @@ def run_sweep(
                 "nothing written",
                 highlight=False,
             )
-            return EXIT_CANCELLED
+            return ExitCode.CANCELLED
         except FiredrillError as exc:
             progress.stop()
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
-            return EXIT_SPEC
+            return ExitCode.INPUT
     wall = time.perf_counter() - wall0
     summary["spec_path"] = str(loaded.path)
     if out is not None:
@@ -234,4 +228,4 @@ def run_sweep(
         for path in written:
             console.print(f"wrote [bold]{path}[/]")
         console.print(f"{runs} runs in {wall:.1f} s wall ({runs / wall:.2f} runs/s; {how})")
-    return 0 if summary["pass_rate"] >= min_pass_rate else EXIT_FAILED
+    return ExitCode.OK if summary["pass_rate"] >= min_pass_rate else ExitCode.FAILED

@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from firedrill.cli.common import ExitCode, console, err, group
 from firedrill.errors import FiredrillError, SpecError
-
-EXIT_FAILED = 1
-EXIT_INPUT = 4
-
-console = Console()
-err = Console(stderr=True)
 
 
 def export_evidence(
@@ -43,26 +37,26 @@ def export_evidence(
         spec, fleet, slo, policy = load_scenario(scenario)
     except SpecError as exc:
         err.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(EXIT_INPUT) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
     if incident is not None:  # refused before anything runs
         d = out / incident
         if d.exists() and (not d.is_dir() or any(d.iterdir())):
             err.print(f"[bold red]error:[/] {d} already holds files: evidence is written once")
-            raise typer.Exit(EXIT_INPUT)
+            raise typer.Exit(ExitCode.INPUT)
     # incidents need a responder's book; without a policy, one in advise mode keeps it
     run = run_scenario(spec, fleet, slo, policy, mode="advise" if spec.responder is None else None)
     bundles = [b for b in evidence_bundles(run) if incident is None or b.incident == incident]
     if not bundles:
         what = f"incident {incident}" if incident else "security incident"
         err.print(f"[bold red]error:[/] the run of {spec.name} opened no {what}")
-        raise typer.Exit(EXIT_INPUT)
+        raise typer.Exit(ExitCode.INPUT)
     for b in bundles:
         directory = out / b.incident
         try:
             write_bundle(b, directory)
         except FiredrillError as exc:
             err.print(f"[bold red]error:[/] {exc}")
-            raise typer.Exit(EXIT_INPUT) from exc
+            raise typer.Exit(ExitCode.INPUT) from exc
         if not quiet:
             counts = ", ".join(f"{f.name} {f.records}" for f in b.files if f.name.endswith("l"))
             state = "complete" if b.complete else "INCOMPLETE (the audit log rolled over)"
@@ -80,20 +74,20 @@ def verify_evidence(
 
     if not directory.is_dir():
         err.print(f"[bold red]error:[/] {directory} is not a directory")
-        raise typer.Exit(EXIT_INPUT)
+        raise typer.Exit(ExitCode.INPUT)
     try:
         problems = verify_dir(directory)
     except FiredrillError as exc:
         err.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(EXIT_INPUT) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
     if problems:
         for p in problems:
             err.print(f"[bold red]BAD[/] {p}")
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(ExitCode.FAILED)
     console.print(f"[green]ok[/] evidence in {directory} verifies against its manifest")
 
 
-def register(export_app: typer.Typer, audit_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     """Add ``export evidence`` and ``audit evidence`` to the CLI."""
-    export_app.command("evidence")(export_evidence)
-    audit_app.command("evidence")(verify_evidence)
+    group(app, "export").command("evidence")(export_evidence)
+    group(app, "audit").command("evidence")(verify_evidence)
