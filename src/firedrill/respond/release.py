@@ -30,7 +30,7 @@ from firedrill.ports import Fleet, Signals
 from firedrill.respond.guards import DigestCatalog, GuardResult, check_rollback_target, passed
 from firedrill.respond.guards import refused as refused_result
 from firedrill.respond.levers import DigestParams, Lever
-from firedrill.respond.responder import Candidate, RunbookContext, runbook
+from firedrill.respond.responder import Candidate, RunbookContext
 from firedrill.respond.suspects import Symptom
 
 QUALITY_ALERT = "ModelQualityBurn"
@@ -215,8 +215,8 @@ def stable_at_100(
     return passed(guard, f"{model}: stable digest at 100% in {', '.join(sorted(cells))}")
 
 
-@runbook("quality")
-def _quality(ctx: RunbookContext) -> list[Candidate]:
+def quality_symptom_runbook(ctx: RunbookContext) -> list[Candidate]:
+    """A quality symptom: the release runbook over the incident's alerts and signals."""
     return quality_runbook(
         ctx.symptom, ctx.fleet, ctx.catalog, alerts=ctx.alerts, signals=ctx.signals
     )

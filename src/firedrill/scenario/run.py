@@ -28,6 +28,7 @@ from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
 from firedrill.remediate.training import StallDetector, run_hang_runbook
 from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
+from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.scenario.chains import Chain, trace_chains
 from firedrill.scenario.command import symptom_kind
 from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
@@ -205,4 +206,5 @@ def _responder(
         capacity=twin,
         catalog=twin,
         epoch=EPOCH + timedelta(hours=fleet.start_hour_utc),
+        runbooks=RUNBOOKS,
     )
