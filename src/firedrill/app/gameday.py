@@ -9,12 +9,14 @@ happens next, ``gameday recover`` can put the fleet back.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from firedrill.drill.result import DrillReport
 from firedrill.errors import FiredrillError
 
 if TYPE_CHECKING:
@@ -63,15 +65,15 @@ class GamedayListener(Protocol):
 
 @dataclass(frozen=True)
 class GamedayOutcome:
-    """One drill run: its report (the JSON contract), verdict, spec and timing."""
+    """One drill run: its report, spec and timing."""
 
-    report: dict[str, Any]
+    report: DrillReport
     spec: DrillSpec
     wall_s: float  # seconds of wall clock the run itself took
 
     @property
     def verdict(self) -> str:
-        return str(self.report["verdict"])
+        return self.report.verdict
 
     @property
     def sim_s(self) -> float:
@@ -133,7 +135,7 @@ def check_ladder(
 def persist_drill(
     *,
     db: str,
-    report: dict[str, Any],
+    report: DrillReport,
     model: str,
     rung: str | int,
     run_by: str,
@@ -143,25 +145,22 @@ def persist_drill(
     override_reason: str | None = None,
 ) -> tuple[int, LadderCheck]:
     """Keep a run's result (who ran it, any override, in the audit log too); its id and the
-    gate's answer. A report that names no drill or verdict is refused."""
+    gate's answer."""
     from firedrill.store import ladder as stored
     from firedrill.store import open_store
 
-    name, verdict = report.get("drill"), report.get("verdict")
-    if name is None or verdict is None:
-        raise FiredrillError("the report names no drill or no verdict")
     with open_store(db) as store:
         store.migrate()
         with store.session() as session:
             row, answer = stored.record(
                 session=session,
-                name=str(name),
+                name=report.drill,
                 model=model,
                 rung=rung,
-                verdict=str(verdict),
+                verdict=report.verdict,
                 run_by=run_by,
                 at_s=at_s,
-                report=dict(report),
+                report=report.to_json(),
                 started_at=started_at,
                 runbook_author=runbook_author,
                 override_reason=override_reason,
@@ -244,18 +243,18 @@ def run_gameday(
     finally:
         journal.close()
     wall_s = time.perf_counter() - wall0
-    report_json = result.report
+    typed = DrillReport.from_json(result.report)
     if spec_path is not None:
-        report_json["spec_path"] = spec_path
+        typed = dataclasses.replace(typed, spec_path=spec_path)
     if db is not None:
         try:
             result_id, kept = persist_drill(
-                db=db, report=report_json, model=spec.target.model, rung=spec.rung, run_by=who,
-                started_at=started, at_s=float(report_json.get("end_s") or 0.0),
+                db=db, report=typed, model=spec.target.model, rung=spec.rung, run_by=who,
+                started_at=started, at_s=float(typed.end_s or 0.0),
                 runbook_author=spec.runbook_author, override_reason=override_reason,
             )  # fmt: skip
         except FiredrillError as exc:
             listener.store_failed(exc)
         else:
             listener.stored(result_id, kept)
-    return GamedayOutcome(report=report_json, spec=spec, wall_s=wall_s)
+    return GamedayOutcome(report=typed, spec=spec, wall_s=wall_s)

@@ -8,13 +8,13 @@ error next to the report, and the caller writes the report before saying so.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from firedrill.errors import StoreError
+from firedrill.scenario.result import RespondReport
 
 if TYPE_CHECKING:
     from firedrill.detect.slo import SloSpec
@@ -51,14 +51,14 @@ class LoadedScenario:
 class RespondOutcome:
     """One scenario run: its report (the JSON contract) and what the store kept of it."""
 
-    report: dict[str, Any]
+    report: RespondReport
     kept: Persisted | None = None  # the incidents kept, when a store was named
     store_name: str | None = None
     store_error: StoreError | None = None  # the store refused to keep them (the run stands)
 
     @property
     def passed(self) -> bool:
-        return bool(self.report["passed"])
+        return self.report.passed
 
 
 def load_scenario(path: Path) -> LoadedScenario:
@@ -90,15 +90,14 @@ def open_for_writing(db: str) -> Store:
 
 
 def keep_incidents(
-    store: Store, report: Mapping[str, Any], *, actor: str, run_at_s: float = 0.0
+    store: Store, report: RespondReport, *, actor: str, run_at_s: float = 0.0
 ) -> Persisted:
     """Keep a respond report's incidents in the store (a run already there is not written again);
     ``run_at_s`` is when the run's clock starts, in seconds since its day's midnight UTC."""
     from firedrill.store.ingest import persist_report
 
-    plain = json.loads(json.dumps(report, sort_keys=True, default=str))  # what --json writes
     with store.session() as session:
-        return persist_report(session, plain, actor=actor, run_at_s=run_at_s)
+        return persist_report(session, report.to_json(), actor=actor, run_at_s=run_at_s)
 
 
 def respond(
@@ -114,7 +113,7 @@ def respond(
     Raises ``StoreError`` before running anything when ``db`` cannot be opened for writing.
     """
     from firedrill.scenario.expect import evaluate
-    from firedrill.scenario.report import to_json
+    from firedrill.scenario.report import respond_report
     from firedrill.scenario.run import run_scenario
 
     store = None if db is None else open_for_writing(db)
@@ -123,7 +122,7 @@ def respond(
             loaded.spec, loaded.fleet, loaded.slo, loaded.policy, progress=progress, mode=mode
         )
         checks = evaluate(run, list(loaded.spec.expect))
-        report = to_json(run, checks, spec_sha256=loaded.spec_sha256)
+        report = respond_report(run, checks, spec_sha256=loaded.spec_sha256)
         if store is None:
             return RespondOutcome(report)
         # on the run's UTC clock: its fleet's day starts at start_hour_utc

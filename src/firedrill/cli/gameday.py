@@ -33,6 +33,7 @@ from firedrill.errors import FiredrillError, SpecError
 
 if TYPE_CHECKING:
     from firedrill.drill.recover import RecoveryReport
+    from firedrill.drill.result import DrillReport
     from firedrill.store.ladder import LadderCheck
 
 VERDICT_EXIT = {"passed": ExitCode.OK, "failed": ExitCode.FAILED, "aborted": ExitCode.ABORTED}
@@ -153,66 +154,64 @@ def _print_plan(plan: dict[str, Any]) -> None:
         console.print(f"RTO budget {_num(plan['rto']['budget_s'], '_s')}: {terms}")
 
 
-def _print_result(r: dict[str, Any]) -> None:
-    colour = {"passed": "green", "failed": "bold red", "aborted": "magenta"}.get(r["verdict"], "")
+def _print_result(r: DrillReport) -> None:
+    colour = {"passed": "green", "failed": "bold red", "aborted": "magenta"}.get(r.verdict, "")
     console.print(
-        f"[{colour}]{r['verdict'].upper()}[/] {r['drill']} ({r['rung']}, seed {r['seed']}): "
-        f"{r['reason']}",
+        f"[{colour}]{r.verdict.upper()}[/] {r.drill} ({r.rung}, seed {r.seed}): {r.reason}",
         highlight=False,
     )
     t = Table(title="hypothesis", header_style="bold")
     for col in ("clause", "expected", "observed", "pass"):
         t.add_column(col)
-    for h in r["hypothesis"]:
+    for h in r.hypothesis:
         t.add_row(
-            h["clause"],
-            h["expected"],
-            _num(h["observed"], h["metric"]),
-            "[green]PASS[/]" if h["passed"] else "[bold red]FAIL[/]",
+            h.clause,
+            h.expected,
+            _num(h.observed, h.metric),
+            "[green]PASS[/]" if h.passed else "[bold red]FAIL[/]",
         )
     console.print(t)
-    rto = r["rto"]
-    t = Table(title=f"RTO (budget {_num(rto['budget_s'], '_s')})", header_style="bold")
+    rto = r.rto
+    t = Table(title=f"RTO (budget {_num(rto.budget_s, '_s')})", header_style="bold")
     for col in ("term", "plan", "actual"):
         t.add_column(col)
-    for key, actual in rto["terms"].items():
-        plan = rto["planned"].get(key)
+    for key, actual in rto.terms.items():
+        plan = rto.planned.get(key)
         over = actual is not None and plan is not None and actual > plan
         mark = "[red]" if over else ""
         t.add_row(key.removesuffix("_s"), _num(plan, "_s"), f"{mark}{_num(actual, '_s')}")
     t.add_row(
         "[bold]measured[/]",
-        _num(rto["budget_s"], "_s"),
-        f"[bold]{_num(rto['measured_s'], '_s')}[/]",
+        _num(rto.budget_s, "_s"),
+        f"[bold]{_num(rto.measured_s, '_s')}[/]",
     )
     console.print(t)
-    if rto.get("posture_problem"):
+    if rto.posture_problem:
         console.print("[bold red]posture problem:[/] the hydrate term alone exceeds the budget")
     t = Table(title="stop conditions", header_style="bold")
     for col in ("name", "kind", "fired", "at"):
         t.add_column(col)
-    for s in r["stop_conditions"]:
-        t.add_row(s["name"], s["kind"], _num(s["fired"]), _num(s["at_s"], "_s"))
+    for s in r.stop_conditions:
+        t.add_row(s.name, s.kind, _num(s.fired), _num(s.at_s, "_s"))
     console.print(t)
-    if r["security_floor"]:
+    if r.security_floor:
         t = Table(title="security floor", header_style="bold")
         for col in ("check", "held", "detail"):
             t.add_column(col)
-        for c in r["security_floor"]:
-            held = "[green]yes[/]" if c.get("passed") else "[bold red]NO[/]"
-            t.add_row(str(c.get("check")), held, str(c.get("detail", ""))[:100])
+        for c in r.security_floor:
+            held = "[green]yes[/]" if c.passed else "[bold red]NO[/]"
+            t.add_row(c.check, held, c.detail[:100])
         console.print(t)
-    reverted = r["reverted"]
     console.print(
-        f"reverted: {len(reverted['injections'])} "
-        + ("(every injection and lever)" if reverted["all"] else "[bold red](NOT all)[/]")
+        f"reverted: {len(r.reverted.injections)} "
+        + ("(every injection and lever)" if r.reverted.all else "[bold red](NOT all)[/]")
     )
-    if r["findings"]:
+    if r.findings:
         t = Table(title="findings", header_style="bold")
         for col in ("kind", "finding", "owner"):
             t.add_column(col)
-        for f in r["findings"]:
-            t.add_row(f["kind"], f["text"], f["owner"])
+        for f in r.findings:
+            t.add_row(f.kind, f.text, f.owner or "")
         console.print(t)
 
 
@@ -333,7 +332,7 @@ def run(
         json_out = json_out or out / "result.json"
         markdown = markdown or out / "report.md"
         html = html or out / "report.html"
-    written = _write_reports(report, json_out=json_out, md_out=markdown, html_out=html)
+    written = _write_reports(report.to_json(), json_out=json_out, md_out=markdown, html_out=html)
     if not quiet:
         _print_result(report)
         for path in written:

@@ -68,6 +68,8 @@ class SchemaKind(StrEnum):
     policy = "policy"
     scenario = "scenario"
     drill = "drill"
+    drill_report = "drill-report"
+    respond_report = "respond-report"
 
 
 class SeriesFormat(StrEnum):
@@ -114,8 +116,15 @@ def _root(
 
 
 @app.command()
-def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec.")]) -> None:
-    """Print the JSON Schema of a spec (for editors and CI validation)."""
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec or report.")]) -> None:
+    """Print the JSON Schema of a spec or of a report (for editors and CI validation)."""
+    if kind in (SchemaKind.drill_report, SchemaKind.respond_report):
+        from firedrill.drill.result import drill_report_schema
+        from firedrill.scenario.result import respond_report_schema
+
+        doc = drill_report_schema() if kind is SchemaKind.drill_report else respond_report_schema()
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+        return
     from firedrill.detect.slo import SloSpec
     from firedrill.drill.spec import DrillSpec
     from firedrill.remediate.policy import PolicySpec
@@ -550,12 +559,11 @@ def respond(
             )
         except StoreError as exc:  # before the run: a bad store is refused, nothing run
             raise _fail(exc) from exc
-    data = outcome.report
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        json_out.write_text(outcome.report.dumps())
     if not quiet:
-        _print_scenario(data)
+        _print_scenario(outcome.report.to_json())
     if outcome.store_error is not None:
         raise _fail(outcome.store_error)
     if outcome.kept is not None and outcome.store_name is not None:
