@@ -306,6 +306,10 @@ def test_a_report_of_the_wrong_shape_is_refused_naming_the_field(l5: DrillResult
     bad = {**l5.report, "rto": {**l5.report["rto"], "marks": {"t0_s": "soon"}}}
     with pytest.raises(ReportError, match=r"drill report rto\.marks"):
         DrillReport.from_json(bad)
+    # a field the type does not know is refused, not dropped from the JSON written back
+    unknown = {**l5.report, "findings": [{**l5.report["findings"][0], "new": 1}]}
+    with pytest.raises(ReportError, match=r"drill report findings\.0\.new"):
+        DrillReport.from_json(unknown)
 
 
 def test_the_l2_example_names_where_the_dbe_chain_broke() -> None:

@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from firedrill.errors import FiredrillError
+from firedrill.model.jsontypes import JsonObject, JsonValue
 
 __all__ = [
     "DRILL_REPORT_SCHEMA_VERSION",
@@ -53,7 +54,11 @@ DRILL_REPORT_SCHEMA_VERSION = 1
 Number: TypeAlias = int | float
 Point: TypeAlias = tuple[Number, Number | None]  # (t_s, value); None is a gap in the series
 Curve: TypeAlias = tuple[Point, ...]
-JsonObject: TypeAlias = dict[str, JsonValue]
+
+
+# A field the type does not know is refused, never dropped: the report is written back from the
+# type, so a field added to the run but not here would silently vanish from the JSON.
+_FIELDS_AS_WRITTEN = ConfigDict(extra="forbid")
 
 
 class ReportError(FiredrillError):
@@ -63,6 +68,8 @@ class ReportError(FiredrillError):
 @dataclass(frozen=True)
 class Clause:
     """One hypothesis clause, judged: what was expected and what was observed."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     clause: str
     metric: str
@@ -90,6 +97,8 @@ class Clause:
 class RtoTimes:
     """When each RTO mark was reached, in simulated seconds (None: never)."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     t0_s: Number | None
     page_s: Number | None
     first_lever_s: Number | None
@@ -113,6 +122,8 @@ class RtoTimes:
 @dataclass(frozen=True)
 class Rto:
     """The measured RTO, its terms against the plan, and the marks they come from."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     budget_s: Number | None
     measured_s: Number | None
@@ -138,6 +149,8 @@ class Rto:
 class StopConditionResult:
     """A stop condition: its threshold, whether and when it fired, its last value."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     name: str
     kind: str
     threshold: Number | None
@@ -159,6 +172,8 @@ class StopConditionResult:
 @dataclass(frozen=True)
 class RevertedInjection:
     """One injected operation and its reversal."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     label: str
     kind: str
@@ -182,6 +197,8 @@ class RevertedInjection:
 class Reverted:
     """Whether every injection and lever was reverted, and each reversal."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     all: bool
     injections: tuple[RevertedInjection, ...]
 
@@ -192,6 +209,8 @@ class Reverted:
 @dataclass(frozen=True)
 class Injected:
     """An injection that started: when, and how many operations it applied."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     index: int
     label: str
@@ -209,6 +228,8 @@ class Injected:
 class SecurityCheck:
     """One check of the security floor."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     check: str
     passed: bool | None  # None: not exercised
     detail: str
@@ -220,6 +241,8 @@ class SecurityCheck:
 @dataclass(frozen=True)
 class Admission:
     """Admission decisions during the run."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     admitted: int
     denied: int
@@ -237,17 +260,28 @@ class Admission:
 class Finding:
     """A gap the drill found, with its owner."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     kind: str
     text: str
     owner: str | None
+    key: str | None = None  # names the gap whatever the run's numbers (one action item per key)
+    detail: JsonObject | None = None  # what landing the finding as an artefact needs
 
     def to_json(self) -> JsonObject:
-        return {"kind": self.kind, "text": self.text, "owner": self.owner}
+        out: JsonObject = {"kind": self.kind, "text": self.text, "owner": self.owner}
+        if self.key is not None:
+            out["key"] = self.key
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
 
 
 @dataclass(frozen=True)
 class LeverRecord:
     """A lever the drill's response pulled (or was refused)."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     kind: str
     target: str
@@ -277,6 +311,8 @@ class LeverRecord:
 class IncidentRecord:
     """An incident the drill's alerts opened."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     id: str
     cell: str
     region: str
@@ -300,6 +336,8 @@ class TimelineEvent:
     """One line of the drill's timeline; ``extra`` holds its kind's own fields (``operations``,
     ``receiver``, ``status``), written after ``text``."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     at_s: Number | None
     kind: str
     text: str
@@ -313,6 +351,8 @@ class TimelineEvent:
 class Marker:
     """A vertical marker on the charts (injection, shift, stop, failback, revert)."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     at_s: Number
     label: str
     kind: str
@@ -324,6 +364,8 @@ class Marker:
 @dataclass(frozen=True)
 class StopThreshold:
     """A stop condition's threshold drawn on one chart."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     name: str
     value: Number
@@ -340,6 +382,8 @@ def _curves(by_region: Mapping[str, Curve]) -> JsonObject:
 @dataclass(frozen=True)
 class Charts:
     """The chart series per region (one point per evaluation step) and what is drawn on them."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     ttft_p99: Mapping[str, Curve] | None = None  # seconds
     kv_usage: Mapping[str, Curve] | None = None  # share 0..1
@@ -373,6 +417,8 @@ class Charts:
 @dataclass(frozen=True)
 class DrillReport:
     """A game day's result: verdict, hypothesis, RTO, stops, reversals, findings, timeline."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     drill: str
     rung: str

@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from firedrill.errors import FiredrillError
+from firedrill.model.jsontypes import JsonObject
 
 __all__ = [
     "RESPOND_REPORT_SCHEMA_VERSION",
@@ -42,7 +43,11 @@ __all__ = [
 RESPOND_REPORT_SCHEMA_VERSION = 1
 
 Number: TypeAlias = int | float  # an int stays an int in the JSON
-JsonObject: TypeAlias = dict[str, JsonValue]
+
+
+# A field the type does not know is refused, never dropped: the report is written back from the
+# type, so a field added to the run but not here would silently vanish from the JSON.
+_FIELDS_AS_WRITTEN = ConfigDict(extra="forbid")
 
 
 class ReportError(FiredrillError):
@@ -52,6 +57,8 @@ class ReportError(FiredrillError):
 @dataclass(frozen=True)
 class OperationRecord:
     """An operation the scenario's timeline applied to the fleet."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     at_s: Number
     op: str  # the operation's type, e.g. ``Taint``
@@ -65,6 +72,8 @@ class OperationRecord:
 @dataclass(frozen=True)
 class NotificationRecord:
     """A notification Alertmanager's routing sent to a receiver."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     receiver: str
     alertname: str
@@ -90,6 +99,8 @@ class NotificationRecord:
 class AlertRecord:
     """An alert changing state at an evaluation."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     at_s: Number
     alertname: str
     state: str  # firing | resolved
@@ -109,6 +120,8 @@ class AlertRecord:
 @dataclass(frozen=True)
 class Remediation:
     """What the GPU remediation controller did, refused and paged about."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     dry_run: bool
     actions: tuple[JsonObject, ...]
@@ -133,6 +146,8 @@ class Remediation:
 @dataclass(frozen=True)
 class ChangeRecord:
     """A change to the fleet (a rollout, a config, a policy), as the suspects ranking saw it."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     at_s: Number
     stream: str
@@ -160,6 +175,8 @@ class ChangeRecord:
 class Expectation:
     """One of the scenario's expectations, checked."""
 
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
+
     check: str
     expected: str
     observed: str
@@ -177,6 +194,8 @@ class Expectation:
 @dataclass(frozen=True)
 class RespondReport:
     """A scenario's run: what happened, what was notified and done, the incidents, the checks."""
+
+    __pydantic_config__ = _FIELDS_AS_WRITTEN
 
     scenario: str
     seed: int
