@@ -30,6 +30,7 @@ from rich.table import Table
 
 from firedrill.cli.common import ExitCode, console, err
 from firedrill.errors import FiredrillError
+from firedrill.model.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from firedrill.drill.many import Executor, RunOutcome
@@ -118,8 +119,8 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
 
 
 def write_outputs(
-    data: dict[str, Any],
-    outputs: Sequence[tuple[Path | None, Callable[[dict[str, Any]], str]]],
+    data: JsonObject,
+    outputs: Sequence[tuple[Path | None, Callable[[JsonObject], str]]],
 ) -> list[Path]:
     """Write ``data`` through each (path, renderer) whose path is given; the paths written."""
     written: list[Path] = []
@@ -132,12 +133,12 @@ def write_outputs(
     return written
 
 
-def as_json(data: dict[str, Any]) -> str:
+def as_json(data: JsonObject) -> str:
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
 def _write(
-    summary: dict[str, Any], *, json_out: Path | None, md_out: Path | None, html_out: Path | None
+    summary: JsonObject, *, json_out: Path | None, md_out: Path | None, html_out: Path | None
 ) -> list[Path]:
     from firedrill.drill.report import render_many_html, render_many_markdown
 

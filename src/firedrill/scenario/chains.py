@@ -10,9 +10,10 @@ game-day question "we saw an alert but no drain: where did it break?".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from firedrill.model import operations as ops
+from firedrill.model.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from firedrill.scenario.run import ScenarioRun
@@ -56,7 +57,7 @@ class Chain:
     broken_at: str | None
     why: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "origin": self.origin,
             "kind": self.kind,

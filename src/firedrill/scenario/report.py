@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from firedrill.detect.monitor import event_dict
+from firedrill.model.jsontypes import JsonObject
 from firedrill.scenario.command import command
 from firedrill.scenario.expect import CheckResult
 from firedrill.scenario.result import RespondReport, plain
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from firedrill.scenario.run import ScenarioRun
 
 
-def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) -> dict[str, Any]:
+def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) -> JsonObject:
     st = run.controller.state
     twin = run.twin
     return {
