@@ -30,6 +30,7 @@ from rich.table import Table
 from firedrill.cli.common import ExitCode, console, err
 from firedrill.cli.many import ExecutorKind, as_json, write_outputs
 from firedrill.errors import FiredrillError, SpecError
+from firedrill.model.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from firedrill.drill.recover import RecoveryReport
@@ -94,7 +95,7 @@ class _Listener:
 
 
 def _write_reports(
-    report: dict[str, Any], *, json_out: Path | None, md_out: Path | None, html_out: Path | None
+    report: JsonObject, *, json_out: Path | None, md_out: Path | None, html_out: Path | None
 ) -> list[Path]:
     """The JSON result, and the Markdown / HTML reports (``drill.report``)."""
     from firedrill.drill.report import render_html, render_markdown
