@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from firedrill.cli import app
+from firedrill.cli.common import ExitCode, group
 
 runner = CliRunner()
 
@@ -19,6 +22,38 @@ def test_schema_fleet_is_json_schema() -> None:
     schema = json.loads(result.stdout)
     assert "regions" in schema["properties"]
     assert schema["$schema"].startswith("https://json-schema.org/")
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields"),
+    [
+        ("drill-report", {"verdict", "hypothesis", "rto", "timeline", "charts"}),
+        ("respond-report", {"scenario", "incidents", "expectations", "passed"}),
+    ],
+)
+def test_the_report_schemas_are_versioned_json_schema(kind: str, fields: set[str]) -> None:
+    result = runner.invoke(app, ["schema", kind])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["$id"] == f"firedrill:{kind}:v{schema['version']}"
+    assert fields <= set(schema["properties"])
+    jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_exit_codes_are_one_enum_with_the_documented_values() -> None:
+    assert {c.name: int(c) for c in ExitCode} == {
+        "OK": 0, "FAILED": 1, "USAGE": 2, "ABORTED": 3, "INPUT": 4, "REFUSED": 5,
+        "CANCELLED": 130,
+    }  # fmt: skip
+
+
+def test_a_command_module_finds_a_shared_group_whatever_the_order() -> None:
+    import typer
+
+    root = typer.Typer()
+    first = group(root, "export", "Manifests.")
+    assert group(root, "export") is first
+    assert [g.name for g in root.registered_groups] == ["export"]
 
 
 def test_malformed_spec_names_file_line_and_field(tmp_path: Path) -> None:

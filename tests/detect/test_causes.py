@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from firedrill.detect import causes
-from firedrill.detect.causes import CauseEvaluator, bucket_quantile
+from firedrill.detect.causes import CauseEvaluator
 from firedrill.detect.evaluator import AlertEvent
+from firedrill.detect.promql import bucket_quantile
 from firedrill.detect.rules import generate
 from firedrill.detect.slo import SloSpec, duration_s
 from firedrill.model.operations import (

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -15,6 +16,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from firedrill.cli import app
+from firedrill.drill.result import (
+    DRILL_REPORT_SCHEMA_VERSION,
+    DrillReport,
+    ReportError,
+    drill_report_schema,
+)
 from firedrill.drill.run import DrillResult, SteadyStateError, run_drill
 from firedrill.drill.spec import LoadedDrill
 from firedrill.model.series import Labels, labels_of
@@ -310,6 +317,26 @@ def test_the_l5_example_passes_within_its_10_minute_rto(l5: DrillResult) -> None
     charts = r["charts"]
     assert set(charts["ttft_p99"]) == {"us-east-1", "us-west-2", "eu-west-1"}
     assert any(m["kind"] == "shift" for m in charts["markers"])
+
+
+def test_the_typed_report_writes_the_run_back_byte_for_byte(l5: DrillResult) -> None:
+    typed = DrillReport.from_json(l5.report)
+    assert json.dumps(typed.to_json(), indent=2) == json.dumps(l5.report, indent=2)
+    assert typed.verdict == "passed"
+    assert typed.rto.budget_s == 600.0
+    assert typed.charts.ttft_p99 is not None
+    jsonschema.validate(typed.to_json(), drill_report_schema())
+    assert drill_report_schema()["version"] == DRILL_REPORT_SCHEMA_VERSION
+
+
+def test_a_report_of_the_wrong_shape_is_refused_naming_the_field(l5: DrillResult) -> None:
+    bad = {**l5.report, "rto": {**l5.report["rto"], "marks": {"t0_s": "soon"}}}
+    with pytest.raises(ReportError, match=r"drill report rto\.marks"):
+        DrillReport.from_json(bad)
+    # a field the type does not know is refused, not dropped from the JSON written back
+    unknown = {**l5.report, "findings": [{**l5.report["findings"][0], "new": 1}]}
+    with pytest.raises(ReportError, match=r"drill report findings\.0\.new"):
+        DrillReport.from_json(unknown)
 
 
 def test_the_l2_example_names_where_the_dbe_chain_broke() -> None:

@@ -10,7 +10,8 @@ from firedrill.model import operations as ops
 from firedrill.respond.guards import Approver
 from firedrill.respond.inference import balanced_share, pd_runbook
 from firedrill.respond.levers import Lever, ModelsParams, SplitParams, pull, undo
-from firedrill.respond.responder import RUNBOOKS, RunbookContext
+from firedrill.respond.responder import RunbookContext
+from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.respond.suspects import Symptom, rank
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin

@@ -20,7 +20,7 @@ from firedrill.respond.release import (
     rollback_target,
     stable_at_100,
 )
-from firedrill.respond.responder import RUNBOOKS
+from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.respond.severity import Impact, assess
 from firedrill.respond.suspects import Symptom, cell_skew, rank, skew_evidence
 from firedrill.specfile import load_fleet

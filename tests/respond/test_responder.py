@@ -22,14 +22,13 @@ from firedrill.respond.levers import (
     RouteWeightParams,
 )
 from firedrill.respond.responder import (
-    RUNBOOKS,
     Candidate,
     Responder,
     ResponderPolicy,
     Runbook,
     RunbookContext,
-    runbook,
 )
+from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.respond.severity import Sev
 from firedrill.respond.suspects import SymptomKind
 from firedrill.specfile import load_fleet
@@ -377,6 +376,7 @@ def test_a_declared_registry_incident_pins_scalers_first_and_refuses_the_shortcu
         signals=twin,
         capacity=TwinWorld(twin),
         catalog=TwinWorld(twin),
+        runbooks=RUNBOOKS,
     )
     _steps(r, clock, 120.0, [])
     (inc,) = r.book.incidents
@@ -394,22 +394,6 @@ def test_the_policy_rejects_decision_rights_the_catalogue_does_not_grant() -> No
         ResponderPolicy.model_validate({"decides": {"route_weight": "model_owner"}})
     with pytest.raises(ValidationError, match="cell_drain"):
         ResponderPolicy.model_validate({"auto_apply": ["cell_drain"]})
-
-
-def test_other_modules_register_runbooks_by_symptom_kind() -> None:
-    before = RUNBOOKS.get("quality")
-    try:
-
-        @runbook("quality")
-        def quality(ctx: RunbookContext) -> list[Candidate]:
-            return [Candidate(ABORT, "bad weights: abort the rollout")]
-
-        assert RUNBOOKS["quality"] is quality
-    finally:
-        if before is None:
-            RUNBOOKS.pop("quality", None)
-        else:
-            RUNBOOKS["quality"] = before
 
 
 # ---------------------------------------------------------------------------------------------

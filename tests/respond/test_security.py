@@ -22,7 +22,8 @@ from firedrill.respond.levers import (
     WarmPoolParams,
     pull,
 )
-from firedrill.respond.responder import RUNBOOKS, RunbookContext
+from firedrill.respond.responder import RunbookContext
+from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.respond.security import (
     AuditLog,
     Findings,

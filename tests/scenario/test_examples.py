@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 from typer.testing import CliRunner
 
 from firedrill.cli import app
+from firedrill.scenario.result import RespondReport, respond_report_schema
 
 SCENARIOS = sorted(Path("examples/scenarios").glob("*.yaml"))
 runner = CliRunner()
@@ -17,8 +19,13 @@ runner = CliRunner()
 def _run(path: Path, tmp_path: Path) -> dict[str, object]:
     out = tmp_path / f"{path.stem}.json"
     result = runner.invoke(app, ["respond", str(path), "--json", str(out), "--quiet"])
-    data: dict[str, object] = json.loads(out.read_text())
+    text = out.read_text()
+    data: dict[str, object] = json.loads(text)
     assert result.exit_code == 0, json.dumps(data["expectations"], indent=1)
+    # the typed report is the contract: it reads the file back byte for byte, and the schema
+    # that `firedrill schema respond-report` prints accepts it
+    assert RespondReport.from_json(data).dumps() == text
+    jsonschema.validate(data, respond_report_schema())
     return data
 
 

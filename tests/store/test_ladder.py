@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from firedrill.cli import app
+from firedrill.drill.result import DrillReport
 from firedrill.errors import StoreError
 from firedrill.store import Store, audit, drills, open_store
 from firedrill.store import ladder as stored
@@ -138,29 +139,57 @@ def test_gameday_ladder_shows_each_model(tmp_path: Path) -> None:
     assert missing.exit_code == 4
 
 
+def _report(drill: str, verdict: str) -> DrillReport:
+    """The smallest drill report: a verdict and nothing measured."""
+    marks = dict.fromkeys(
+        ("t0_s", "page_s", "first_lever_s", "last_shift_s", "scale_out_s", "hydrated_s"), None
+    )
+    return DrillReport.from_json(
+        {
+            "drill": drill, "rung": "L0", "seed": 0, "spec_sha256": "", "verdict": verdict,
+            "reason": "", "run_by": None, "runbook_author": None, "abort_owner": None,
+            "target": {"model": "llm-70b"}, "survivor": [], "t0_s": 0.0, "steady_state_s": 0.0,
+            "end_s": 0.0, "hypothesis": [], "stop_conditions": [], "injected": [],
+            "rto": {
+                "budget_s": None, "measured_s": None, "within_budget": None, "terms": {},
+                "planned": {}, "posture_problem": False,
+                "marks": {**marks, "users_served_s": None},
+            },
+            "reverted": {"all": True, "injections": []}, "security_floor": [],
+            "admission": {"admitted": 0, "denied": 0, "unsigned_admitted": None},
+            "hydrate": {}, "hydrate_by_region": {}, "failback": {"steps": []},
+            "dependencies": [], "findings": [], "chains": [], "levers": [], "incidents": [],
+            "refused": [], "timeline": [], "charts": {},
+        }
+    )  # fmt: skip
+
+
 def test_the_run_hooks_gate_and_persist(tmp_path: Path) -> None:
-    from io import StringIO
-
-    from rich.console import Console
-
-    from firedrill.cli_ladder import ladder_gate, persist_run
+    from firedrill.app.gameday import check_ladder, persist_drill
 
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    text = StringIO()
-    out = Console(file=text, width=200)
     now = datetime.now(UTC)
-    assert not ladder_gate(db, model="llm-70b", rung="L1", run_by="alice", out=out)
-    assert "L1 for llm-70b needs L0 passed twice in a row" in text.getvalue()
+    first = check_ladder(db=db, model="llm-70b", rung="L1", run_by="alice")
+    assert not first.gate.allowed
+    assert "L1 for llm-70b needs L0 passed twice in a row" in first.gate.reason
     for k, by in enumerate(["alice", "bob"]):
-        result = {"drill": "l0-tabletop", "verdict": "passed", "run_by": by}
+        result = _report("l0-tabletop", "passed")
         started = now - timedelta(hours=2 - k)
-        assert persist_run(
-            db, result, model="llm-70b", rung="L0", run_by=by, started_at=started, at_s=0.0, out=out
-        )
-    assert ladder_gate(db, model="llm-70b", rung="L1", run_by="bob", runbook_author="bob", out=out)
-    assert "wrote the runbook of this drill" in text.getvalue()
-    assert ladder_gate(db, model="llm-70b", rung=4, run_by="carol", override_reason="why", out=out)
-    assert "ladder override" in text.getvalue()
-    assert not persist_run(db, {}, model="m", rung=0, run_by="a", started_at=now, at_s=0.0, out=out)
+        result_id, _ = persist_drill(
+            db=db, report=result, model="llm-70b", rung="L0", run_by=by, started_at=started,
+            at_s=0.0,
+        )  # fmt: skip
+        assert result_id == k + 1
+    rotated = check_ladder(db=db, model="llm-70b", rung="L1", run_by="bob", runbook_author="bob")
+    assert rotated.gate.allowed
+    assert any("wrote the runbook of this drill" in w for w in rotated.warnings)
+    forced = check_ladder(db=db, model="llm-70b", rung=4, run_by="carol", override_reason="why")
+    assert forced.gate.allowed
+    assert forced.gate.overridden
+    with pytest.raises(StoreError, match="refuses"):  # L3 with two L0 runs: the gate is closed
+        persist_drill(
+            db=db, report=_report("x", "passed"), model="llm-70b", rung=3, run_by="a",
+            started_at=now, at_s=0.0,
+        )  # fmt: skip
     with open_store(db) as store, store.session() as s:
         assert [(r.run_by, r.rung) for r in drills.list(session=s)] == [("alice", 0), ("bob", 0)]

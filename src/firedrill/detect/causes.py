@@ -11,16 +11,16 @@ names, the same label sets (the expression's output labels plus the rule's stati
 PromQL as mirrored here:
 
 * a range selector takes the samples in [t - range, t], both ends included;
-* ``increase``/``rate`` are ``prom_increase`` (Prometheus 2.x extrapolation) over the first and
-  last samples, with the value before each counter drop added back as a reset;
+* ``increase``/``rate`` are ``promql.prom_increase`` (Prometheus 2.x extrapolation) over the first
+  and last samples, with the value before each counter drop added back as a reset;
 * ``changes`` counts consecutive samples in the range whose values differ (NaN equals NaN);
 * a comparison without ``bool`` filters and keeps the labels; ``sum``/``max`` keep the ``by``
   labels (``sum`` adds in the series' label order, as Prometheus does); ``and``/``or`` and
   vector/vector division match on every label but the metric name; ``label_replace`` copies
   ``Hostname`` to ``node`` (and ``region`` to ``cell="region:<r>"``) when the source is non-empty;
-* an alert is pending from the first evaluation that returns its labels, fires once it has been
-  returned at every evaluation for its ``for:`` (at once without one), and resolves at the first
-  evaluation that does not return it; a pending alert that drops out is forgotten.
+* ``histogram_quantile`` is ``promql.bucket_quantiles``, and an alert's ``for:`` is
+  ``promql.AlertState`` (pending from the first evaluation that returns its labels, firing once
+  returned at every evaluation for ``for:``, resolved at the first that does not return it).
 
 Incremental: a family read by a range function keeps one row per evaluation over the longest
 range its rules read (1 h for XIDs and ECC, the flapping window for quarantines, 5 m for the
@@ -50,12 +50,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from firedrill.detect.evaluator import AlertEvent, prom_increase
+from firedrill.detect.promql import (
+    AlertEvent,
+    AlertState,
+    bucket_quantiles,
+    fdiv,
+    prom_increase,
+)
 from firedrill.detect.rules import APP_XIDS, FATAL_XIDS, cause_group, guardrail_group
 from firedrill.detect.slo import SloSpec, duration_s
 from firedrill.model.series import Labels
@@ -143,92 +149,9 @@ def _max_by(labels: Sequence[Labels], values: Iterable[float], by: frozenset[str
     return out
 
 
-def _fdiv(num: float, den: float) -> float:
-    """IEEE division, as Go divides: x / 0 is ±Inf, 0 / 0 is NaN."""
-    if den == 0.0:
-        if num == 0.0 or math.isnan(num):
-            return math.nan
-        return math.copysign(math.inf, num) * math.copysign(1.0, den)
-    return num / den
-
-
 def _divide(a: Samples, b: Samples) -> Samples:
     """Vector / vector, one-to-one on all labels."""
-    return {key: _fdiv(num, b[key]) for key, num in a.items() if key in b}
-
-
-def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
-    """``histogram_quantile`` over (upper bound, cumulative count) pairs, as Prometheus 2.42."""
-    if math.isnan(q):
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
-    ordered = sorted(buckets, key=lambda b: b[0])
-    if not ordered or not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
-        return math.nan
-    merged: list[list[float]] = []
-    for bound, count in ordered:  # coalesce equal bounds
-        if merged and merged[-1][0] == bound:
-            merged[-1][1] += count
-        else:
-            merged.append([bound, count])
-    top = merged[0][1]
-    for b in merged[1:]:  # force monotonic counts
-        if b[1] > top:
-            top = b[1]
-        elif b[1] < top:
-            b[1] = top
-    if len(merged) < 2:
-        return math.nan
-    observations = merged[-1][1]
-    if observations == 0:
-        return math.nan
-    rank = q * observations
-    i = next((k for k in range(len(merged) - 1) if merged[k][1] >= rank), len(merged) - 1)
-    if i == len(merged) - 1:
-        return merged[-2][0]
-    if i == 0 and merged[0][0] <= 0:
-        return merged[0][0]
-    start, end, count = 0.0, merged[i][0], merged[i][1]
-    if i > 0:
-        start = merged[i - 1][0]
-        count -= merged[i - 1][1]
-        rank -= merged[i - 1][1]
-    return start + (end - start) * _fdiv(rank, count)
-
-
-def _quantiles(q: float, bounds: F64, counts: F64, present: B) -> F64:
-    """``bucket_quantile`` for many histograms at once: rows of ``counts`` over the sorted
-    distinct ``bounds``; a row missing a bucket (or holding a NaN) takes the scalar path."""
-    out = np.full(counts.shape[0], np.nan)
-    whole = np.asarray(present.all(axis=1) & ~np.isnan(counts).any(axis=1), dtype=bool)
-    if bounds.size < 2 or not np.isposinf(bounds[-1]) or not 0 <= q <= 1:
-        whole[:] = False  # the edge cases, row by row
-    for i in np.flatnonzero(~whole & present.any(axis=1)).tolist():
-        m = present[i]
-        pairs = zip(bounds[m].tolist(), counts[i, m].tolist(), strict=True)
-        out[i] = bucket_quantile(q, list(pairs))
-    if not whole.any():
-        return out
-    c = np.maximum.accumulate(counts[whole], axis=1)  # monotonic, as Prometheus forces it
-    observations = c[:, -1]
-    rank = q * observations
-    reached = c[:, :-1] >= rank[:, None]
-    b = np.where(reached.any(axis=1), reached.argmax(axis=1), bounds.size - 1)
-    rows = np.arange(c.shape[0])
-    below = np.maximum(b - 1, 0)
-    start = np.where(b > 0, bounds[below], 0.0)
-    end = bounds[np.minimum(b, bounds.size - 2)]
-    count = np.where(b > 0, c[rows, b] - c[rows, below], c[rows, b])
-    rank = np.where(b > 0, rank - c[rows, below], rank)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = start + (end - start) * (rank / count)
-    value = np.where((b == 0) & (bounds[0] <= 0), bounds[0], value)
-    value = np.where(b == bounds.size - 1, bounds[-2], value)
-    out[whole] = np.where(observations == 0, np.nan, value)
-    return out
+    return {key: fdiv(num, b[key]) for key, num in a.items() if key in b}
 
 
 @dataclass(frozen=True)
@@ -414,23 +337,13 @@ class _Window:
 
 
 @dataclass
-class _Alert:
-    labels: Labels
-    active_ms: int
-    value: float
-    fired_ms: int | None = None
-
-
-@dataclass
 class _Rule:
-    alertname: str
-    for_ms: int
-    static: dict[str, str]
     expr: Callable[[], Samples]
-    active: dict[Labels, _Alert] = field(default_factory=dict)
+    state: AlertState  # its alerts' ``for:`` state
 
-    def alert_labels(self, sample: Labels) -> Labels:
-        return tuple(sorted({**dict(sample), **self.static, "alertname": self.alertname}.items()))
+    @property
+    def alertname(self) -> str:
+        return self.state.alertname
 
 
 _READS: tuple[tuple[str, Mapping[str, str]], ...] = (
@@ -529,10 +442,12 @@ class CauseEvaluator:
             )
         self.rules = [
             _Rule(
-                alertname=name,
-                for_ms=_ms(duration_s(str(r.get("for", "0s")))),
-                static={str(k): str(v) for k, v in r.get("labels", {}).items()},
                 expr=exprs[name],
+                state=AlertState(
+                    alertname=name,
+                    for_ms=_ms(duration_s(str(r.get("for", "0s")))),
+                    static={str(k): str(v) for k, v in r.get("labels", {}).items()},
+                ),
             )
             for name, r in zip(names, rule_dicts, strict=True)
         ]
@@ -639,7 +554,7 @@ class CauseEvaluator:
         # Sums with the same pool and bound ("1" and "1.0") coalesce, as Prometheus does.
         np.add.at(counts, (h.pool_of[valid], h.bound_of[valid]), sums[valid])
         present[h.pool_of[valid], h.bound_of[valid]] = True
-        q = _quantiles(0.99, h.bounds, counts, present)
+        q = bucket_quantiles(0.99, h.bounds, counts, present)
         return {
             h.pools[i]: float(q[i])
             for i in np.flatnonzero(present.any(axis=1) & (q > threshold_s)).tolist()
@@ -689,42 +604,12 @@ class CauseEvaluator:
     # -- alert state -------------------------------------------------------------------------
 
     def _step(self, rule: _Rule, samples: Samples, t_s: float) -> list[AlertEvent]:
-        now = self._now_ms
-        seen: set[Labels] = set()
-        for sample, value in sorted(samples.items()):
-            key = rule.alert_labels(sample)
-            seen.add(key)
-            alert = rule.active.get(key)
-            if alert is None:
-                rule.active[key] = _Alert(key, now, value)
-            else:
-                alert.value = value
-        out: list[AlertEvent] = []
-        for key in sorted(set(rule.active) - seen):
-            gone = rule.active.pop(key)
-            if gone.fired_ms is not None:
-                out.append(AlertEvent(t_s, rule.alertname, "resolved", key, gone.value))
-        for key in sorted(seen):
-            alert = rule.active[key]
-            if alert.fired_ms is None and now - alert.active_ms >= rule.for_ms:
-                alert.fired_ms = now
-                out.append(AlertEvent(t_s, rule.alertname, "firing", key, alert.value))
-        return out
+        return rule.state.step(samples, now_ms=self._now_ms, t_s=t_s)
 
     def firing(self) -> list[AlertEvent]:
         """Every alert firing now: when it fired, its labels, its latest value."""
-        return [
-            AlertEvent(a.fired_ms / _MS, r.alertname, "firing", a.labels, a.value)
-            for r in self.rules
-            for a in sorted(r.active.values(), key=lambda a: a.labels)
-            if a.fired_ms is not None
-        ]
+        return [e for r in self.rules for e in r.state.firing()]
 
     def pending(self) -> list[AlertEvent]:
         """Every alert waiting out its ``for:``: since when, its labels, its latest value."""
-        return [
-            AlertEvent(a.active_ms / _MS, r.alertname, "pending", a.labels, a.value)
-            for r in self.rules
-            for a in sorted(r.active.values(), key=lambda a: a.labels)
-            if a.fired_ms is None
-        ]
+        return [e for r in self.rules for e in r.state.pending()]

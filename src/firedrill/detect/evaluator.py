@@ -19,58 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from firedrill.detect.promql import AlertEvent as AlertEvent
+from firedrill.detect.promql import prom_increase as prom_increase
 from firedrill.detect.rules import alert_name
 from firedrill.detect.slo import BurnTier, Objective, SloSpec, duration_s
 from firedrill.model.series import Labels, labels_of
 from firedrill.ports import Signals
 
 F64 = npt.NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class AlertEvent:
-    """An alert changing state at an evaluation."""
-
-    at_s: float
-    alertname: str
-    state: str  # firing | resolved
-    labels: Labels
-    value: float
-
-    def label(self, key: str) -> str:
-        return dict(self.labels).get(key, "")
-
-
-def prom_increase(
-    first: F64,
-    last: F64,
-    t_first: F64 | float,
-    t_last: float,
-    n: npt.NDArray[np.int64] | int,
-    start: F64 | float,
-    end: float,
-) -> F64:
-    """Prometheus 2.x ``increase()`` of counters over [start, end] from first/last samples.
-
-    Broadcasts: ``first`` may be [windows, cells] with ``t_first``, ``n`` and ``start`` given
-    per window as [windows, 1]. Fewer than two samples gives NaN, as Prometheus gives no value.
-    """
-    t_first_a = np.asarray(t_first, dtype=np.float64)
-    n_a = np.asarray(n)
-    delta = last - first
-    sampled = t_last - t_first_a
-    with np.errstate(divide="ignore", invalid="ignore"):
-        avg = sampled / (n_a - 1)
-        to_start = np.broadcast_to(t_first_a - np.asarray(start), delta.shape)
-        to_zero = np.where(delta > 0, sampled * (first / delta), np.inf)  # as Prometheus rounds
-        to_start = np.where((delta > 0) & (first >= 0), np.minimum(to_start, to_zero), to_start)
-        to_end = end - t_last
-        threshold = avg * 1.1
-        span = sampled + np.where(to_start < threshold, to_start, avg / 2)
-        span = span + np.where(to_end < threshold, to_end, avg / 2)
-        result = delta * (span / sampled)
-    out: F64 = np.where((n_a >= 2) & (sampled > 0), result, np.nan)
-    return out
 
 
 @dataclass

@@ -4,9 +4,9 @@ It computes what the generated rules ask Prometheus 2.x to compute, as ``detect/
 for the cause tickets: ``increase()`` with Prometheus's extrapolation over the samples in
 [t - window, t] (both ends included), ``sum by (cell, region, model_name, digest)`` over the
 series that have a value, the ratio, the comparison with the threshold as the rule text writes
-it, ``and`` on equal label sets, and ``for:`` (pending from the first evaluation that returns an
-alert's labels, firing once returned at every evaluation for ``hold``, resolved at the first that
-does not return it).
+it, ``and`` on equal label sets, and ``for:`` (``promql.AlertState``: pending from the first
+evaluation that returns an alert's labels, firing once returned at every evaluation for
+``hold``, resolved at the first that does not return it).
 
 A digest's counter series is read as 0 before it first appears, as the twin exports it (a
 counter published from start-up); the promtool test feeds the same series to the real engine.
@@ -17,13 +17,11 @@ per series, so a step costs O(series × window / interval).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import numpy.typing as npt
 
-from firedrill.detect.evaluator import AlertEvent, prom_increase
-from firedrill.detect.quality import ALERT, BY, SERIES, QualityAlerting, QualityTier, tier_labels
+from firedrill.detect.promql import AlertEvent, AlertState, prom_increase
+from firedrill.detect.quality import ALERT, BY, SERIES, QualityAlerting, tier_labels
 from firedrill.detect.slo import duration_s
 from firedrill.model.series import Labels
 from firedrill.ports import Signals
@@ -31,14 +29,6 @@ from firedrill.ports import Signals
 F64 = npt.NDArray[np.float64]
 
 _MS = 1000
-
-
-@dataclass
-class _Alert:
-    labels: Labels
-    active_ms: int
-    value: float
-    fired_ms: int | None = None
 
 
 class QualityEvaluator:
@@ -50,15 +40,14 @@ class QualityEvaluator:
         self.events: list[AlertEvent] = []
         self.evaluations = 0
         self._window_ms = round(duration_s(spec.window) * _MS)
-        self._hold_ms = round(duration_s(spec.hold) * _MS)
         self._columns: dict[Labels, int] = {}
         self._labels: list[Labels] = []
         self._t_ms: list[int] = []
         self._rows: list[F64] = []
         self._now_ms = -1
         self._thresholds = [spec.fail_ratio_threshold(t) for t in spec.tiers]
-        self._static = [tier_labels(spec, t) for t in spec.tiers]
-        self._active: list[dict[Labels, _Alert]] = [{} for _ in spec.tiers]
+        hold_ms = round(duration_s(spec.hold) * _MS)
+        self._states = [AlertState(ALERT, hold_ms, tier_labels(spec, t)) for t in spec.tiers]
 
     @property
     def started(self) -> bool:
@@ -88,8 +77,8 @@ class QualityEvaluator:
         self.evaluations += 1
         fails, probes = self._sums()
         out: list[AlertEvent] = []
-        for ti, tier in enumerate(self.spec.tiers):
-            out += self._step(ti, tier, self._matches(ti, fails, probes), t_s)
+        for ti, state in enumerate(self._states):
+            out += state.step(self._matches(ti, fails, probes), now_ms=now_ms, t_s=t_s)
         self.events.extend(out)
         return out
 
@@ -132,41 +121,6 @@ class QualityEvaluator:
                 out[key] = ratio
         return out
 
-    # -- alert state ---------------------------------------------------------------------------
-    def _alert_labels(self, ti: int, sample: Labels) -> Labels:
-        return tuple(sorted({**dict(sample), **self._static[ti], "alertname": ALERT}.items()))
-
-    def _step(
-        self, ti: int, tier: QualityTier, samples: dict[Labels, float], t_s: float
-    ) -> list[AlertEvent]:
-        active = self._active[ti]
-        now = self._now_ms
-        seen: set[Labels] = set()
-        for sample, value in sorted(samples.items()):
-            key = self._alert_labels(ti, sample)
-            seen.add(key)
-            alert = active.get(key)
-            if alert is None:
-                active[key] = _Alert(key, now, value)
-            else:
-                alert.value = value
-        out: list[AlertEvent] = []
-        for key in sorted(set(active) - seen):
-            gone = active.pop(key)
-            if gone.fired_ms is not None:
-                out.append(AlertEvent(t_s, ALERT, "resolved", key, gone.value))
-        for key in sorted(seen):
-            alert = active[key]
-            if alert.fired_ms is None and now - alert.active_ms >= self._hold_ms:
-                alert.fired_ms = now
-                out.append(AlertEvent(t_s, ALERT, "firing", key, alert.value))
-        return out
-
     def firing(self) -> list[AlertEvent]:
         """Every quality alert firing now: when it fired, its labels, its latest value."""
-        return [
-            AlertEvent(a.fired_ms / _MS, ALERT, "firing", a.labels, a.value)
-            for active in self._active
-            for a in sorted(active.values(), key=lambda a: a.labels)
-            if a.fired_ms is not None
-        ]
+        return [e for state in self._states for e in state.firing()]

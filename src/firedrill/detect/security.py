@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from firedrill.detect.evaluator import AlertEvent, prom_increase
+from firedrill.detect.promql import AlertEvent, prom_increase
 from firedrill.detect.rules import EXFIL_DENIALS_PER_5M, security_group
 from firedrill.detect.slo import SloSpec, duration_s
 from firedrill.model.series import Labels

@@ -18,13 +18,12 @@ An expression "fires" when its value is a non-empty vector or a non-zero scalar.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from firedrill.detect.causes import bucket_quantile
+from firedrill.detect.promql import bucket_quantile, series_increase
 from firedrill.errors import FiredrillError
 from firedrill.model.series import Labels
 from firedrill.ports import Signals
@@ -358,31 +357,6 @@ def _split(matchers: tuple[Matcher, ...]) -> tuple[dict[str, str], list[Matcher]
     return eq, rest
 
 
-def _increase(times: list[float], values: list[float], start: float, end: float) -> float:
-    """Prometheus 2.x ``increase`` of one counter over [start, end]: counter resets corrected,
-    extrapolated to the range edges (below 1.1 average intervals), never below zero."""
-    pts = [(t, v) for t, v in zip(times, values, strict=True) if math.isfinite(v)]
-    if len(pts) < 2:
-        return math.nan
-    t0, v0 = pts[0]
-    t1 = pts[-1][0]
-    delta = pts[-1][1] - v0
-    for (_, a), (_, b) in itertools.pairwise(pts):
-        if b < a:
-            delta += a  # a reset: the counter went back to zero and grew to b
-    sampled = t1 - t0
-    if sampled <= 0:
-        return math.nan
-    avg = sampled / (len(pts) - 1)
-    to_start, to_end = t0 - start, end - t1
-    if delta > 0 and v0 >= 0:
-        to_start = min(to_start, sampled * (v0 / delta))
-    threshold = avg * 1.1
-    span = sampled + (to_start if to_start < threshold else avg / 2)
-    span += to_end if to_end < threshold else avg / 2
-    return delta * (span / sampled)
-
-
 class Evaluator:
     """Evaluates parsed expressions against a ``Signals`` port at its latest sample."""
 
@@ -426,7 +400,7 @@ class Evaluator:
         for s in self.signals.query(sel.name, eq, start_s=start, end_s=end):
             if not all(m.matches(dict(s.labels)) for m in rest):
                 continue
-            inc = _increase(s.t_s.tolist(), s.values.tolist(), start, end)
+            inc = series_increase(s.t_s.tolist(), s.values.tolist(), start, end)
             if math.isfinite(inc):
                 out[s.labels] = inc / sel.range_s if per_second else inc
         return out

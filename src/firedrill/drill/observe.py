@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from firedrill.detect.causes import bucket_quantile
+from firedrill.detect.promql import bucket_quantile
 from firedrill.model.series import Labels
 from firedrill.ports import Signals
 

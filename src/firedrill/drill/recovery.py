@@ -34,7 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
-from firedrill.detect.causes import bucket_quantile
+from firedrill.detect.promql import bucket_quantile
 from firedrill.detect.slo import SloSpec
 from firedrill.drill.spec import DrillSpec, FailbackSpec
 from firedrill.model import operations as ops

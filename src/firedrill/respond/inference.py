@@ -27,7 +27,6 @@ from firedrill.respond.responder import (
     Candidate,
     RunbookContext,
     lever_key,
-    runbook,
     serving_runbook,
 )
 from firedrill.respond.suspects import Suspect, Symptom
@@ -129,15 +128,14 @@ def pd_runbook(
     return out
 
 
-@runbook("pd_imbalance")
-def _pd_imbalance(ctx: RunbookContext) -> list[Candidate]:
+def pd_imbalance_runbook(ctx: RunbookContext) -> list[Candidate]:
+    """Prefill/decode imbalance: rebalance the pools (nothing without the signals)."""
     if ctx.signals is None:
         return []
     return pd_runbook(ctx.symptom, ctx.signals, at_s=ctx.at_s)
 
 
-@runbook("kv_oom")
-def _kv_oom(ctx: RunbookContext) -> list[Candidate]:
+def kv_oom_runbook(ctx: RunbookContext) -> list[Candidate]:
     """A bundle change before onset: revert it first; then the serving runbook's levers."""
     out = bundle_candidates(ctx.causes)
     seen = {lever_key(c.request) for c in out}

@@ -34,7 +34,7 @@ from firedrill.respond.guards import (
     check_stable_at_100,
 )
 from firedrill.respond.levers import DigestParams, Lever
-from firedrill.respond.responder import Candidate, RunbookContext, runbook
+from firedrill.respond.responder import Candidate, RunbookContext
 from firedrill.respond.suspects import Symptom
 
 QUALITY_ALERT = "ModelQualityBurn"
@@ -215,8 +215,8 @@ def stable_at_100(
     return check_stable_at_100(model, cells, running_canary=None, on_canary=on_canary)
 
 
-@runbook("quality")
-def _quality(ctx: RunbookContext) -> list[Candidate]:
+def quality_symptom_runbook(ctx: RunbookContext) -> list[Candidate]:
+    """A quality symptom: the release runbook over the incident's alerts and signals."""
     return quality_runbook(
         ctx.symptom, ctx.fleet, ctx.catalog, alerts=ctx.alerts, signals=ctx.signals
     )

@@ -5,9 +5,9 @@ every open incident the responder acts on:
 
 1. a **runbook** turns the incident's symptom, tags and ranked suspects into ordered candidates:
    levers (cheapest and smallest first, the reference's rollback order) and, where people reach
-   for them under pressure, the unsafe shortcuts to refuse. Runbooks live in ``RUNBOOKS``, keyed
-   by symptom kind; a module registers its own with ``@runbook("quality")`` (the defaults here
-   cover TTFT, availability, KV pressure and node-layer XIDs);
+   for them under pressure, the unsafe shortcuts to refuse. The responder is given its runbooks,
+   keyed by symptom kind: ``firedrill.respond.runbooks.RUNBOOKS`` is the one registry, a literal
+   (serving and node-layer runbooks here; quality, KV, prefill/decode, egress in their modules);
 2. each candidate is **vetted** through ``levers``: the owner of its kind approves it (decision
    rights are config: ``ResponderPolicy.decides``), a fleet-wide lever also needs the second
    approver, the guards it requires run (scale-in paused before traffic moves in a registry or
@@ -164,25 +164,6 @@ class RunbookContext:
 
 Runbook = Callable[[RunbookContext], Sequence[Candidate]]
 
-# Symptom kind -> runbook. Other modules add theirs with ``@runbook(kind)``.
-RUNBOOKS: dict[SymptomKind, Runbook] = {}
-
-
-def runbook(*kinds: SymptomKind) -> Callable[[Runbook], Runbook]:
-    """Register a runbook function for one or more symptom kinds (the last one wins)."""
-
-    def deco(fn: Runbook) -> Runbook:
-        for k in kinds:
-            RUNBOOKS[k] = fn
-        return fn
-
-    return deco
-
-
-def registered(kinds: Collection[SymptomKind] | None = None) -> dict[SymptomKind, Runbook]:
-    """The registered runbooks (optionally only some kinds)."""
-    return {k: v for k, v in RUNBOOKS.items() if kinds is None or k in kinds}
-
 
 def _serving(view: CellView) -> dict[str, int]:
     """Ready replicas per model a cell serves."""
@@ -258,7 +239,6 @@ def _demand_levers(ctx: RunbookContext, top: Suspect) -> list[Candidate]:
     ]
 
 
-@runbook("ttft", "availability", "kv_oom")
 def serving_runbook(ctx: RunbookContext) -> list[Candidate]:
     """Inference SLO burn: what changed decides the first lever; a sick cell drains last."""
     if ctx.tags & REGISTRY_TAGS:
@@ -299,7 +279,6 @@ def serving_runbook(ctx: RunbookContext) -> list[Candidate]:
     return out
 
 
-@runbook("xid")
 def node_layer_runbook(ctx: RunbookContext) -> list[Candidate]:
     """Node-layer symptoms: the controller quarantines nodes; a driver rollout rolls back last."""
     out: list[Candidate] = []
@@ -599,7 +578,7 @@ class Responder:
         catalog: DigestCatalog | None = None,
         book: IncidentBook | None = None,
         epoch: datetime = EPOCH,
-        runbooks: Mapping[SymptomKind, Runbook] | None = None,
+        runbooks: Mapping[SymptomKind, Runbook],
     ) -> None:
         self.policy = policy
         self.fleet = fleet
@@ -791,8 +770,7 @@ class Responder:
         if state.done:
             return
         ctx = self._context(inc, now_s)
-        book = self._runbooks if self._runbooks is not None else RUNBOOKS
-        fn = book.get(ctx.symptom.kind)
+        fn = self._runbooks.get(ctx.symptom.kind)
         if fn is None:
             return
         tried = {r.key for r in state.records}
@@ -1105,10 +1083,3 @@ def _registry_cut(c: ChangeEvent, region: str) -> bool:
 
 
 LEVER_STATUSES: tuple[LeverStatus, ...] = ("applied", "proposed", "refused")
-
-
-# Runbooks of other modules register themselves on import (quality, bundle, KV, prefill/decode,
-# egress and unapproved side effects).
-from firedrill.respond import inference as _inference  # noqa: E402, F401
-from firedrill.respond import release as _release  # noqa: E402, F401
-from firedrill.respond import security as _security  # noqa: E402, F401

@@ -27,7 +27,7 @@ destinations that look like base64 subdomains. The answer, as code:
    sessions; the channel gets counts and a link to the audit query, redacted, never the
    destinations (the data that left is in them).
 
-``security_runbook`` registers the plan with the responder for the ``egress`` symptom. Every
+``security_runbook`` is the responder's runbook for the ``egress`` symptom (``runbooks.py``). Every
 step is a prerequisite there: containment is applied and held, never "verified" against the
 tripwire and undone when it keeps firing (undoing containment would widen access).
 """
@@ -58,7 +58,7 @@ from firedrill.respond.levers import (
     LeverJournalEntry,
     WarmPoolParams,
 )
-from firedrill.respond.responder import Candidate, RunbookContext, runbook
+from firedrill.respond.responder import Candidate, RunbookContext
 from firedrill.respond.severity import Sev
 
 EVIDENCE_LOOKBACK_S = 3600.0  # the audit window starts this long before the incident opened
@@ -247,7 +247,6 @@ def containment_plan(
     return out
 
 
-@runbook("egress")
 def security_runbook(ctx: RunbookContext) -> list[Candidate]:
     """The responder's runbook for sandbox security incidents (needs an ``AuditLog`` fleet)."""
     audit = ctx.fleet

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from firedrill.detect.evaluator import AlertEvent
 from firedrill.model import operations as ops
+from firedrill.model.jsontypes import JsonObject
 from firedrill.model.state import ReplicaTransition
 from firedrill.ports import Fleet, FleetHistory, Signals
 from firedrill.remediate.controller import RemediationController
@@ -80,7 +81,7 @@ class Chain:
     broken_at: str | None
     why: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "origin": self.origin,
             "kind": self.kind,

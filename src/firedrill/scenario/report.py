@@ -1,19 +1,21 @@
-"""The scenario run as JSON (the ``respond --json`` contract)."""
+"""The scenario run as a report (the ``respond --json`` contract, ``scenario.result``)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from firedrill.detect.monitor import event_dict
+from firedrill.model.jsontypes import JsonObject
 from firedrill.scenario.command import command
 from firedrill.scenario.expect import CheckResult
+from firedrill.scenario.result import RespondReport, plain
 
 if TYPE_CHECKING:
     from firedrill.scenario.run import ScenarioRun
 
 
-def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) -> dict[str, Any]:
+def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) -> JsonObject:
     st = run.controller.state
     world = run.world
     return {
@@ -53,3 +55,10 @@ def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) ->
         "expectations": [asdict(c) for c in checks],
         "passed": all(c.passed for c in checks),
     }
+
+
+def respond_report(
+    run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str
+) -> RespondReport:
+    """The run's report, typed (validated in its JSON form)."""
+    return RespondReport.from_json(plain(to_json(run, checks, spec_sha256=spec_sha256)))

@@ -11,21 +11,21 @@ the break-glass grants its levers were applied under.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
+from firedrill.model.jsontypes import JsonObject
 from firedrill.model.operations import Operation
 from firedrill.respond.incidents import Incident
 from firedrill.respond.responder import LeverRecord, Responder
 
 
-def _operation(op: Operation) -> dict[str, Any]:
+def _operation(op: Operation) -> JsonObject:
     return {"op": type(op).__name__, "args": asdict(op)}
 
 
-def lever_json(r: LeverRecord) -> dict[str, Any]:
+def lever_json(r: LeverRecord) -> JsonObject:
     """One journalled lever."""
     e = r.entry
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "kind": e.kind,
         "scope": e.scope,
         "target": e.target,
@@ -49,12 +49,12 @@ def lever_json(r: LeverRecord) -> dict[str, Any]:
     return out
 
 
-def responder_levers(responder: Responder, inc: Incident) -> list[dict[str, Any]]:
+def responder_levers(responder: Responder, inc: Incident) -> list[JsonObject]:
     """The incident's levers from the responder's journal, in the order it handled them."""
     return [lever_json(r) for r in responder.records(inc.id)]
 
 
-def responder_extras(responder: Responder, inc: Incident) -> dict[str, Any]:
+def responder_extras(responder: Responder, inc: Incident) -> JsonObject:
     """Comms and break-glass for one incident, plus the mode the responder ran in."""
     plan = responder.comms_plan(inc.id)
     updates = responder.updates(inc.id)

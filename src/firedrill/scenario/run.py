@@ -31,6 +31,7 @@ from firedrill.remediate.policy import PolicySpec
 from firedrill.remediate.training import StallDetector, StepRecord, run_hang_runbook
 from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
+from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.respond.severity import severity_for
 from firedrill.scenario.chains import Chain, ChainSources, trace_chains
 from firedrill.scenario.command import symptom_kind
@@ -226,4 +227,5 @@ def _responder(
         capacity=world,
         catalog=world,
         epoch=EPOCH + timedelta(hours=fleet.start_hour_utc),
+        runbooks=RUNBOOKS,
     )

@@ -41,8 +41,9 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from firedrill.errors import StoreError
+from firedrill.settings import DEFAULT_DB_URL
 
-DEFAULT_URL = "sqlite:///firedrill.db"
+DEFAULT_URL = DEFAULT_DB_URL
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another SQLite writer to finish
 PG_CONNECT_TIMEOUT_S = 10

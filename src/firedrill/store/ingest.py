@@ -54,6 +54,7 @@ from firedrill.errors import StoreError
 from firedrill.model.series import Labels
 from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.incidents import TimelineEvent as BookEvent
+from firedrill.scenario.result import RespondReport as TypedReport
 from firedrill.store import (
     audit,
     breakglass,
@@ -124,7 +125,11 @@ def persisted_run(session: Session, digest: str) -> dict[str, str] | None:
 
 
 def persist_report(
-    session: Session, report: Mapping[str, object], *, actor: str, run_at_s: float = 0.0
+    session: Session,
+    report: TypedReport | Mapping[str, object],
+    *,
+    actor: str,
+    run_at_s: float = 0.0,
 ) -> Persisted:
     """Write a respond report's incidents to the store (all of them, or nothing on an error).
 

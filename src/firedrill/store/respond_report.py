@@ -1,6 +1,7 @@
 """A ``firedrill respond`` report, read and checked before anything of it is stored.
 
-``read_report`` takes the report's JSON (as a dict) and returns typed, frozen values with the
+``read_report`` takes the report (typed, ``firedrill.scenario.result.RespondReport``, whose top
+level is validated already, or its JSON as a dict) and returns typed, frozen values with the
 parts the store keeps: per incident its severity history, the incident book's events, levers
 (with operations and inverses), comms updates, break-glass grants and postmortem facts. Every
 check the store would make later is made here first, and a bad report is refused with the path of
@@ -19,6 +20,7 @@ from typing import Final, cast
 
 from firedrill.errors import StoreError
 from firedrill.model.identity import same_person
+from firedrill.scenario.result import RespondReport as TypedReport
 from firedrill.store import validate
 from firedrill.store.models import ActionKind, JsonObject, LeverStatus
 
@@ -467,16 +469,27 @@ def _check_incident(inc: ReportIncident, path: str) -> None:
         )
 
 
-def read_report(report: Mapping[str, object]) -> RespondReport:
-    """Check a respond report (its JSON as a dict) and read what the store keeps of it."""
-    data = _obj(report, "")
+def _top(data: Mapping[str, object]) -> tuple[str, int, str, float]:
+    """The run's identity fields of a report given as JSON: scenario, seed, spec, duration."""
+    seed = _get(data, "seed", "")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise StoreError(f"report .seed: expected an integer, got {seed!r}")
+    return (
+        _str(data, "scenario", ""),
+        seed,
+        _str(data, "spec_sha256", "", empty=True),
+        _num(data, "sim_seconds", ""),
+    )
+
+
+def read_report(report: TypedReport | Mapping[str, object]) -> RespondReport:
+    """Check a respond report (typed, or its JSON as a dict) and read what the store keeps."""
+    data = _obj(report.to_json() if isinstance(report, TypedReport) else report, "")
     try:
         canonical = validate.canonical_json(data)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"report is not plain JSON: {exc}") from exc
-    seed = _get(data, "seed", "")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise StoreError(f"report .seed: expected an integer, got {seed!r}")
+    top = _top(data)  # the store's own rules (non-empty names, finite numbers) hold for both
     found = tuple(
         _incident(inc, f"incidents[{i}]") for i, inc in enumerate(_list(data, "incidents", ""))
     )
@@ -484,10 +497,10 @@ def read_report(report: Mapping[str, object]) -> RespondReport:
     if len(set(ids)) != len(ids):
         raise StoreError(f"report incidents: an id appears twice in {ids}")
     return RespondReport(
-        scenario=_str(data, "scenario", ""),
-        seed=seed,
-        spec_sha256=_str(data, "spec_sha256", "", empty=True),
-        sim_seconds=_num(data, "sim_seconds", ""),
+        scenario=top[0],
+        seed=top[1],
+        spec_sha256=top[2],
+        sim_seconds=top[3],
         digest=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
         incidents=found,
     )

@@ -1,7 +1,7 @@
-"""The ``firedrill`` command line: parse, build settings, call a use case, render the result.
+"""The root ``firedrill`` app, its own commands, and the list of command modules it registers.
 
-Exit codes: 0 success; 1 expectations not met; 2 usage error (Click's convention); 3 aborted by a
-stop condition; 4 a spec or other input error (a clear message, nothing run).
+Exit codes are ``firedrill.cli.common.ExitCode``; how to add a command module is in the package's
+docstring (``firedrill.cli``).
 """
 
 from __future__ import annotations
@@ -13,18 +13,15 @@ import threading
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from firedrill import __version__
-from firedrill.cli_export_drill import register as register_export_drill
-from firedrill.cli_gameday import register as register_gameday
-from firedrill.cli_incident import incident_app
-from firedrill.cli_security import register as register_security
+from firedrill.cli import export_drill, gameday, incident, security
+from firedrill.cli.common import DEFAULT_DB_URL, ExitCode, console, err
 from firedrill.errors import FiredrillError, SpecError
 from firedrill.model.series import Series
 from firedrill.model.spec import FleetSpec
@@ -47,16 +44,22 @@ export_app = typer.Typer(help="Manifests for the real tools.", no_args_is_help=T
 app.add_typer(export_app, name="export")
 audit_app = typer.Typer(help="The store's append-only audit log.", no_args_is_help=True)
 app.add_typer(audit_app, name="audit")
-app.add_typer(incident_app, name="incident")
-register_security(export_app, audit_app)  # export evidence, audit evidence
-register_gameday(app)  # gameday run, plan, recover, ladder
-register_export_drill(export_app)  # export chaos-mesh, export fis
 
-console = Console()
-err = Console(stderr=True)
 
-EXIT_SPEC = 4
-DEFAULT_DB = "sqlite:///firedrill.db"  # the store: a SQLite file here, or postgresql://...
+class CommandModule(Protocol):
+    """A module of ``firedrill.cli`` that adds its commands to the root app."""
+
+    def register(self, app: typer.Typer) -> None: ...
+
+
+COMMAND_MODULES: tuple[CommandModule, ...] = (
+    incident,  # incident list, show, timeline, handoff, postmortem
+    security,  # export evidence, audit evidence
+    gameday,  # gameday run, plan, recover, ladder
+    export_drill,  # export chaos-mesh, export fis
+)
+for _module in COMMAND_MODULES:
+    _module.register(app)
 
 
 class SchemaKind(StrEnum):
@@ -65,6 +68,8 @@ class SchemaKind(StrEnum):
     policy = "policy"
     scenario = "scenario"
     drill = "drill"
+    drill_report = "drill-report"
+    respond_report = "respond-report"
 
 
 class SeriesFormat(StrEnum):
@@ -89,7 +94,7 @@ def _progress(verb: str, *, quiet: bool) -> Progress:
 
 def _fail(exc: FiredrillError) -> typer.Exit:
     err.print(f"[bold red]error:[/] {exc}")
-    return typer.Exit(EXIT_SPEC)
+    return typer.Exit(ExitCode.INPUT)
 
 
 def _load_fleet(path: Path) -> tuple[FleetSpec, str]:
@@ -111,8 +116,15 @@ def _root(
 
 
 @app.command()
-def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec.")]) -> None:
-    """Print the JSON Schema of a spec (for editors and CI validation)."""
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec or report.")]) -> None:
+    """Print the JSON Schema of a spec or of a report (for editors and CI validation)."""
+    if kind in (SchemaKind.drill_report, SchemaKind.respond_report):
+        from firedrill.drill.result import drill_report_schema
+        from firedrill.scenario.result import respond_report_schema
+
+        doc = drill_report_schema() if kind is SchemaKind.drill_report else respond_report_schema()
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+        return
     from firedrill.detect.slo import SloSpec
     from firedrill.drill.spec import DrillSpec
     from firedrill.remediate.policy import PolicySpec
@@ -351,7 +363,7 @@ def twin_serve(
         api = control_api(twin, lock, host=host, enabled=control, token_file=token_file)
     except FiredrillError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
-        raise typer.Exit(EXIT_SPEC) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
     server = MetricsServer(
         render,
         host=host,
@@ -441,7 +453,7 @@ def rules_check(
         err.print(
             f"[bold red]error:[/] {directory} lacks {', '.join(missing)}: run 'rules generate'"
         )
-        raise typer.Exit(EXIT_SPEC)
+        raise typer.Exit(ExitCode.INPUT)
     try:
         results = [
             promtool.check_rules(directory / RULE_FILE),
@@ -455,7 +467,7 @@ def rules_check(
         if not r.ok:
             console.print(r.output)
     if not all(r.ok for r in results):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 @alerting_app.command("compare")
@@ -530,62 +542,38 @@ def respond(
     """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail."""
     if mode not in (None, "advise", "auto"):
         raise typer.BadParameter(f"--mode is advise or auto, not {mode!r}", param_hint="--mode")
-    from firedrill.adapters.worlds import EMBEDDED_SCENARIO
-    from firedrill.scenario.expect import evaluate
-    from firedrill.scenario.report import to_json
-    from firedrill.scenario.run import run_scenario
-    from firedrill.specfile import load_scenario, spec_sha256
+    from firedrill.app.respond import load_scenario
+    from firedrill.app.respond import respond as respond_use_case
+    from firedrill.cli.incident import operator, print_persisted
+    from firedrill.errors import StoreError
 
     try:
-        spec, fleet, slo, policy = load_scenario(scenario)
-        digest = spec_sha256(scenario)
+        loaded = load_scenario(scenario)
     except SpecError as exc:
         raise _fail(exc) from exc
-    store = _open_incident_store(db)  # before the run: a bad store is refused, nothing run
     with _progress("respond", quiet=quiet) as progress:
-        task = progress.add_task(spec.name, total=spec.duration_s)
-        run = run_scenario(
-            spec,
-            fleet,
-            slo,
-            policy,
-            make_world=EMBEDDED_SCENARIO,
-            progress=lambda t: progress.update(task, completed=t),
-            mode="auto" if mode == "auto" else "advise" if mode == "advise" else None,
-        )
-    checks = evaluate(run, list(spec.expect))
-    data = to_json(run, checks, spec_sha256=digest)
+        task = progress.add_task(loaded.spec.name, total=loaded.spec.duration_s)
+        try:
+            outcome = respond_use_case(
+                loaded=loaded,
+                actor=operator(),
+                mode="auto" if mode == "auto" else "advise" if mode == "advise" else None,
+                db=db,
+                progress=lambda t: progress.update(task, completed=t),
+            )
+        except StoreError as exc:  # before the run: a bad store is refused, nothing run
+            raise _fail(exc) from exc
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        json_out.write_text(outcome.report.dumps())
     if not quiet:
-        _print_scenario(data)
-    if store is not None:  # on the run's UTC clock: its fleet's day starts at start_hour_utc
-        _keep_incidents(store, data, run_at_s=fleet.start_hour_utc * 3600.0)
-    if not data["passed"]:
-        raise typer.Exit(1)
-
-
-def _open_incident_store(db: str | None) -> Any:
-    from firedrill.cli_incident import open_for_writing
-    from firedrill.errors import StoreError
-
-    try:
-        return None if db is None else open_for_writing(db)
-    except StoreError as exc:
-        raise _fail(exc) from exc
-
-
-def _keep_incidents(store: Any, data: dict[str, Any], *, run_at_s: float) -> None:
-    from firedrill.cli_incident import operator, persist, print_persisted
-    from firedrill.errors import StoreError
-
-    try:
-        with store:
-            kept = persist(store, data, actor=operator(), run_at_s=run_at_s)
-            print_persisted(kept, store.name)
-    except StoreError as exc:
-        raise _fail(exc) from exc
+        _print_scenario(outcome.report.to_json())
+    if outcome.store_error is not None:
+        raise _fail(outcome.store_error)
+    if outcome.kept is not None and outcome.store_name is not None:
+        print_persisted(outcome.kept, outcome.store_name)
+    if not outcome.passed:
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _print_scenario(data: dict[str, Any]) -> None:
@@ -662,7 +650,7 @@ def export_nhc(
 def audit_verify(
     db: Annotated[
         str, typer.Option("--db", help="Store URL: sqlite:///FILE or postgresql://USER@HOST/DB.")
-    ] = DEFAULT_DB,
+    ] = DEFAULT_DB_URL,
 ) -> None:
     """Check the audit log's hash chain; exit 1 at the first record that was tampered with."""
     from firedrill.errors import StoreError
@@ -678,7 +666,7 @@ def audit_verify(
             f"[bold red]TAMPERED[/] audit log of {result.records} records: "
             f"first bad record is seq {result.first_bad_seq}: {result.problem}"
         )
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     console.print(f"[green]ok[/] audit log intact: {result.records} records")
 
 
@@ -687,4 +675,4 @@ def main() -> None:
         app()
     except FiredrillError as exc:
         err.print(f"[bold red]error:[/] {exc}")
-        sys.exit(EXIT_SPEC)
+        sys.exit(ExitCode.INPUT)

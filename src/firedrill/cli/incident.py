@@ -1,13 +1,15 @@
 """``firedrill incident list|show|timeline|handoff|postmortem``: incidents in the store.
 
-Each command opens the store named by ``--db`` (a SQLite file path, ``firedrill.db`` by default,
-or a ``sqlite:///`` / ``postgresql://`` URL; ``FIREDRILL_DB`` sets the default), calls one use
-case of ``firedrill.store`` and renders what it returns. The reading commands open the store
-read-only. An unknown incident id exits 4 with a message naming it, and nothing is written.
-``postmortem`` exits 1 when there is no complete postmortem to show: the incident is not resolved
-yet, or its postmortem has no action item (a postmortem that changes nothing is not finished).
+Each command opens the store named by ``--db`` (a SQLite file path, or a ``sqlite:///`` /
+``postgresql://`` URL, ``sqlite:///firedrill.db`` by default; ``FIREDRILL_DB`` sets the
+default), calls one use case of ``firedrill.store`` and renders what it returns. The reading
+commands open the store read-only. An unknown incident id exits 4 with a message naming it, and
+nothing is written. ``postmortem`` exits 1 when there is no complete postmortem to show: the
+incident is not resolved yet, or its postmortem has no action item (a postmortem that changes
+nothing is not finished).
 
-``respond --db`` uses ``open_for_writing`` and ``persist`` from here to keep a run's incidents.
+``respond --db`` keeps a run's incidents through the use case (``firedrill.app.respond``) and
+prints them with ``print_persisted`` from here.
 """
 
 from __future__ import annotations
@@ -22,23 +24,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from firedrill.app.respond import db_url
+from firedrill.cli.common import DEFAULT_DB_URL, ExitCode, console, err
 from firedrill.errors import StoreError
 
 if TYPE_CHECKING:
-    from firedrill.store import Store
     from firedrill.store.casefile import CaseFile
     from firedrill.store.ingest import Persisted
 
-EXIT_INCOMPLETE = 1
-EXIT_INPUT = 4
-DEFAULT_DB = "firedrill.db"
 DB_ENV = "FIREDRILL_DB"
 DB_HELP = (
-    "The store: a SQLite file path (default firedrill.db), sqlite:///FILE or "
-    "postgresql://USER@HOST/DB."
+    f"The store: a SQLite file path, sqlite:///FILE or postgresql://USER@HOST/DB "
+    f"(default {DEFAULT_DB_URL})."
 )
 DAY_S = 86_400
 
@@ -46,16 +45,8 @@ incident_app = typer.Typer(
     help="Incidents in the store: list, show, timeline, handoff, postmortem.",
     no_args_is_help=True,
 )
-console = Console()
-err = Console(stderr=True)
-
 DbOption = Annotated[str, typer.Option("--db", envvar=DB_ENV, help=DB_HELP)]
 IdArgument = Annotated[str, typer.Argument(help="Incident id, e.g. INC-0001.")]
-
-
-def db_url(value: str) -> str:
-    """A ``--db`` value as a store URL: a value with no scheme is a SQLite file path."""
-    return value if "://" in value else f"sqlite:///{value}"
 
 
 def operator() -> str:
@@ -66,7 +57,7 @@ def operator() -> str:
         return "firedrill"
 
 
-def _fail(exc: Exception, code: int = EXIT_INPUT) -> typer.Exit:
+def _fail(exc: Exception, code: ExitCode = ExitCode.INPUT) -> typer.Exit:
     err.print(f"[bold red]error:[/] {exc}")
     return typer.Exit(code)
 
@@ -93,32 +84,6 @@ def _writing(db: str) -> Iterator[Any]:
     open_store(url, read_only=True).close()
     with open_store(url) as store, store.session() as session:
         yield session
-
-
-def open_for_writing(db: str) -> Store:
-    """Open and migrate the store ``respond --db`` writes to (before the run: a bad store is
-    refused with nothing run)."""
-    from firedrill.store import open_store
-
-    store = open_store(db_url(db))
-    try:
-        store.migrate()
-    except StoreError:
-        store.close()
-        raise
-    return store
-
-
-def persist(
-    store: Store, report: Mapping[str, Any], *, actor: str, run_at_s: float = 0.0
-) -> Persisted:
-    """Keep a respond report's incidents in the store (a run already there is not written again);
-    ``run_at_s`` is when the run's clock starts, in seconds since its day's midnight UTC."""
-    from firedrill.store.ingest import persist_report
-
-    plain = json.loads(json.dumps(report, sort_keys=True, default=str))  # what --json writes
-    with store.session() as session:
-        return persist_report(session, plain, actor=actor, run_at_s=run_at_s)
 
 
 def print_persisted(result: Persisted, store_name: str) -> None:
@@ -186,7 +151,7 @@ def _seconds(value: object) -> float:
 
 @incident_app.command("list")
 def incident_list(
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = DEFAULT_DB_URL,
     status: Annotated[
         str | None, typer.Option(help="Only incidents open, mitigated or resolved.")
     ] = None,
@@ -228,7 +193,7 @@ def _load(db: str, incident_id: str) -> CaseFile:
 
 
 @incident_app.command("show")
-def incident_show(incident_id: IdArgument, db: DbOption = DEFAULT_DB) -> None:
+def incident_show(incident_id: IdArgument, db: DbOption = DEFAULT_DB_URL) -> None:
     """An incident: its axes, severity history, suspects, levers, roles and comms."""
     case = _load(db, incident_id)
     inc = case.incident
@@ -318,7 +283,7 @@ def _print_roles(case: CaseFile) -> None:
 @incident_app.command("timeline")
 def incident_timeline(
     incident_id: IdArgument,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = DEFAULT_DB_URL,
     as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON.")] = False,
 ) -> None:
     """The incident's timeline, in time order."""
@@ -360,7 +325,7 @@ def incident_handoff(
     by: Annotated[
         str | None, typer.Option(help="Who records it, for the audit log (default: you).")
     ] = None,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = DEFAULT_DB_URL,
 ) -> None:
     """Hand a role over; prints the sentence to say on the call."""
     from firedrill.store import casefile
@@ -389,7 +354,7 @@ def incident_handoff(
 @incident_app.command("postmortem")
 def incident_postmortem(
     incident_id: IdArgument,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = DEFAULT_DB_URL,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="Also write it as Markdown to this file.")
     ] = None,
@@ -403,7 +368,7 @@ def incident_postmortem(
             f"[bold red]no postmortem:[/] {inc.id} is {inc.status.value}; its postmortem is "
             "written when it is resolved"
         )
-        raise typer.Exit(EXIT_INCOMPLETE)
+        raise typer.Exit(ExitCode.FAILED)
     text = postmortem_markdown(case)
     sys.stdout.write(text)
     if not case.action_items:
@@ -412,7 +377,7 @@ def incident_postmortem(
             "finished until it changes the fleet (an alert, a runbook step, an automation "
             "guardrail or a game-day scenario)"
         )
-        raise typer.Exit(EXIT_INCOMPLETE)
+        raise typer.Exit(ExitCode.FAILED)
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(text)
@@ -471,3 +436,8 @@ def postmortem_markdown(case: CaseFile) -> str:
     else:
         lines.append("None: this postmortem is not complete.")
     return "\n".join(lines) + "\n"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``incident`` sub-app to the root app."""
+    app.add_typer(incident_app, name="incident")

@@ -1,6 +1,6 @@
 """``firedrill export chaos-mesh DRILL`` and ``firedrill export fis DRILL``: thin entry points.
 
-``register(export_app)`` adds both commands to the ``export`` sub-app. Each loads the drill the
+``register(app)`` adds both commands to the ``export`` sub-app. Each loads the drill the
 way ``gameday run`` does (validated against its fleet: a bad drill exits 4 naming the file, line
 and field, and nothing is written), calls the exporter and writes the result to stdout or a file.
 """
@@ -11,16 +11,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from firedrill.cli.common import ExitCode, err, group
 from firedrill.errors import FiredrillError
 
 __all__ = ["export_chaos_mesh", "export_fis", "register"]
-
-EXIT_ERROR = 4
-
-err = Console(stderr=True)
 
 DrillArgument = Annotated[Path, typer.Argument(help="Drill spec (YAML).")]
 OutOption = Annotated[
@@ -30,7 +26,7 @@ OutOption = Annotated[
 
 def _fail(exc: FiredrillError) -> typer.Exit:
     err.print(f"[bold red]error:[/] {escape(str(exc))}")
-    return typer.Exit(EXIT_ERROR)
+    return typer.Exit(ExitCode.INPUT)
 
 
 def _load(drill: Path) -> Any:
@@ -130,7 +126,8 @@ def export_fis(
         err.print(f"also: firedrill export fis {escape(str(drill))} --region {other}")
 
 
-def register(export_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     """Add ``chaos-mesh`` and ``fis`` to the ``export`` sub-app."""
+    export_app = group(app, "export")
     export_app.command("chaos-mesh")(export_chaos_mesh)
     export_app.command("fis")(export_fis)

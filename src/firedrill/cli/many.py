@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -29,18 +28,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from firedrill.cli.common import ExitCode, console, err
 from firedrill.errors import FiredrillError
+from firedrill.model.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from firedrill.drill.many import Executor, RunOutcome
 
-EXIT_FAILED = 1
-EXIT_SPEC = 4
-EXIT_CANCELLED = 130  # the shell's code for a process ended by SIGINT
 SHOWN_NOT_PASSED = 10  # runs that did not pass, listed on the terminal (all are in the JSON)
-
-console = Console()
-err = Console(stderr=True)
 
 
 class ExecutorKind(enum.StrEnum):
@@ -125,8 +120,8 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
 
 
 def write_outputs(
-    data: dict[str, Any],
-    outputs: Sequence[tuple[Path | None, Callable[[dict[str, Any]], str]]],
+    data: JsonObject,
+    outputs: Sequence[tuple[Path | None, Callable[[JsonObject], str]]],
 ) -> list[Path]:
     """Write ``data`` through each (path, renderer) whose path is given; the paths written."""
     written: list[Path] = []
@@ -139,12 +134,12 @@ def write_outputs(
     return written
 
 
-def as_json(data: dict[str, Any]) -> str:
+def as_json(data: JsonObject) -> str:
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
 def _write(
-    summary: dict[str, Any], *, json_out: Path | None, md_out: Path | None, html_out: Path | None
+    summary: JsonObject, *, json_out: Path | None, md_out: Path | None, html_out: Path | None
 ) -> list[Path]:
     from firedrill.drill.report import render_many_html, render_many_markdown
 
@@ -171,7 +166,7 @@ def run_sweep(
     quiet: bool,
     target: str | None = None,
     db: str | None = None,
-) -> int:
+) -> ExitCode:
     """Run the sweep and report it; returns the exit code."""
     from firedrill.adapters.process_executor import usable_cpus
     from firedrill.adapters.worlds import EMBEDDED
@@ -222,11 +217,11 @@ def run_sweep(
                 "nothing written",
                 highlight=False,
             )
-            return EXIT_CANCELLED
+            return ExitCode.CANCELLED
         except FiredrillError as exc:
             progress.stop()
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
-            return EXIT_SPEC
+            return ExitCode.INPUT
     wall = time.perf_counter() - wall0
     summary["spec_path"] = str(loaded.path)
     if out is not None:
@@ -239,4 +234,4 @@ def run_sweep(
         for path in written:
             console.print(f"wrote [bold]{path}[/]")
         console.print(f"{runs} runs in {wall:.1f} s wall ({runs / wall:.2f} runs/s; {how})")
-    return 0 if summary["pass_rate"] >= min_pass_rate else EXIT_FAILED
+    return ExitCode.OK if summary["pass_rate"] >= min_pass_rate else ExitCode.FAILED

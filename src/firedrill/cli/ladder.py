@@ -1,33 +1,31 @@
 """``firedrill gameday recover`` and ``firedrill gameday ladder``: thin entry points.
 
-``register(gameday_app)`` adds both commands to the ``gameday`` sub-app. Hooks for
-``gameday run``: ``recover_leftovers`` before it starts (a drill never begins on top of what an
-interrupted one left behind), ``ladder_gate`` before it injects anything, ``persist_run`` with
-its result.
+``register(gameday_app)`` adds both commands to the ``gameday`` sub-app. ``print_recovery`` and
+``print_gate`` render what the ``gameday run`` use case (``firedrill.app.gameday``) reports
+before a run: leftovers reverted, the ladder gate's warnings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from firedrill.app.gameday import DEFAULT_TOKEN_FILE
+from firedrill.cli.common import DEFAULT_DB_URL, ExitCode, console, err
 from firedrill.errors import FiredrillError
 from firedrill.model.operations import Operation
 
-__all__ = ["ladder", "ladder_gate", "persist_run", "recover", "recover_leftovers", "register"]
+if TYPE_CHECKING:
+    from firedrill.drill.recover import RecoveryReport
+    from firedrill.store.ladder import LadderCheck
 
-EXIT_ERROR = 4
-DEFAULT_DB = "sqlite:///firedrill.db"
-DEFAULT_TOKEN_FILE = Path(".firedrill/twin-token")
+__all__ = ["ladder", "print_gate", "print_recovery", "recover", "register"]
 
-console = Console()
-err = Console(stderr=True)
 
 JournalDirOption = Annotated[
     Path | None,
@@ -53,35 +51,9 @@ TokenFileOption = Annotated[
 ]
 
 
-def recover_leftovers(
-    journal_dir: Path | None = None,
-    *,
-    target: str | None = None,
-    token_file: Path = DEFAULT_TOKEN_FILE,
-    out: Console | None = None,
-    must_match: bool = False,
-) -> bool:
-    """Recover every unfinished journal; print what was done; ``False`` if anything failed.
-
-    The token goes only to ``target`` (the user's), never to a URL a journal names; with
-    ``must_match`` only journals naming that same twin are recovered (``target_for``).
-    """
-    from firedrill.adapters.journal_file import JournalFiles, default_directory
-    from firedrill.adapters.remote_twin import RemoteTwin, load_token
-    from firedrill.drill.recover import recover, target_for
-    from firedrill.model.journal import JournalHeader
-
+def print_recovery(report: RecoveryReport, directory: Path, out: Console | None = None) -> None:
+    """What recovering leftovers did, journal by journal."""
     out = out or console
-    directory = journal_dir or default_directory()
-    tokens: dict[str, str] = {}
-
-    def world_for(header: JournalHeader) -> RemoteTwin:
-        url = target_for(header, target, must_match=must_match)
-        if "token" not in tokens:
-            tokens["token"] = load_token(token_file)
-        return RemoteTwin(url, tokens["token"])
-
-    report = recover(JournalFiles(directory), world_for)
     for state in report.live:
         out.print(
             f"[yellow]left alone[/] {state.path.name}: drill {state.header.drill} is still "
@@ -89,7 +61,7 @@ def recover_leftovers(
         )
     if not report.journals:
         out.print(f"nothing to recover in {directory}")
-        return True
+        return
     for j in report.journals:
         h = j.header
         mark = "[green]recovered[/]" if j.finished else "[bold red]NOT recovered[/]"
@@ -110,7 +82,6 @@ def recover_leftovers(
         f"{report.reverted} injection(s) reverted in {len(report.journals)} journal(s)"
         + ("" if report.ok else "; some could not be reverted (see above), run recover again")
     )
-    return report.ok
 
 
 def _op(op: Operation) -> str:
@@ -127,19 +98,24 @@ def recover(
     token_file: TokenFileOption = DEFAULT_TOKEN_FILE,
 ) -> None:
     """Revert what interrupted drills left injected (also runs at the start of `gameday run`)."""
+    from firedrill.app.gameday import recover_leftovers
+
     try:
-        ok = recover_leftovers(journal_dir, target=target, token_file=token_file)
+        report, directory = recover_leftovers(
+            journal_dir=journal_dir, target=target, token_file=token_file
+        )
     except FiredrillError as exc:
         err.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(EXIT_ERROR) from exc
-    if not ok:
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(ExitCode.INPUT) from exc
+    print_recovery(report, directory)
+    if not report.ok:
+        raise typer.Exit(ExitCode.INPUT)
 
 
 def ladder(
     db: Annotated[
         str, typer.Option("--db", help="Store URL: sqlite:///FILE or postgresql://USER@HOST/DB.")
-    ] = DEFAULT_DB,
+    ] = DEFAULT_DB_URL,
     model: Annotated[str | None, typer.Option("--model", help="One model, rung by rung.")] = None,
 ) -> None:
     """Per model: the highest rung passed, what may run next, last successful L5, warnings."""
@@ -157,7 +133,7 @@ def ladder(
             )
     except FiredrillError as exc:
         err.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(EXIT_ERROR) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
     if not history:
         console.print("no drill results yet" + (f" for {model}" if model else ""))
         return
@@ -198,103 +174,13 @@ def ladder(
             console.print(f"[yellow]warning[/] {s.model}: {warning}", highlight=False)
 
 
-def ladder_gate(
-    db: str,
-    *,
-    model: str,
-    rung: str | int,
-    run_by: str,
-    runbook_author: str | None = None,
-    override_reason: str | None = None,
-    require_closed_findings: bool = False,
-    out: Console | None = None,
-) -> bool:
-    """Before a run: may this rung run for this model? Prints the gate and rotation warnings.
-
-    A store that does not exist yet holds no results: only L0 may run then (or an override).
-    """
-    from firedrill.store import ladder as stored
-    from firedrill.store import open_store
-
+def print_gate(answer: LadderCheck, out: Console | None = None) -> None:
+    """The ladder gate's rotation warnings and any override, before a run."""
     out = out or err
-    try:
-        with open_store(db) as store:
-            store.migrate()
-            with store.session() as session:
-                answer = stored.check(
-                    session=session,
-                    model=model,
-                    rung=rung,
-                    run_by=run_by,
-                    runbook_author=runbook_author,
-                    override_reason=override_reason,
-                    require_closed_findings=require_closed_findings,
-                )
-    except FiredrillError as exc:
-        out.print(f"[bold red]error:[/] {exc}")
-        return False
-    verdict = answer.gate
     for warning in answer.warnings:
         out.print(f"[yellow]warning[/] {warning}", highlight=False)
-    if not verdict.allowed:
-        out.print(f"[bold red]ladder:[/] {verdict.reason} (override with a recorded reason)")
-    elif verdict.overridden:
-        out.print(f"[yellow]ladder override[/] {verdict.reason}", highlight=False)
-    return verdict.allowed
-
-
-def persist_run(
-    db: str,
-    result: Mapping[str, Any],
-    *,
-    model: str,
-    rung: str | int,
-    run_by: str,
-    started_at: datetime,
-    at_s: float,
-    runbook_author: str | None = None,
-    override_reason: str | None = None,
-    require_closed_findings: bool = False,
-    out: Console | None = None,
-) -> bool:
-    """After a run: keep its result (who ran it, any override, in the audit log too) and track
-    its findings as action items."""
-    from firedrill.store import findings as action_items
-    from firedrill.store import ladder as stored
-    from firedrill.store import open_store
-
-    out = out or err
-    try:
-        with open_store(db) as store:
-            store.migrate()
-            with store.session() as session:
-                row, answer = stored.record(
-                    session=session,
-                    name=str(result["drill"]),
-                    model=model,
-                    rung=rung,
-                    verdict=str(result["verdict"]),
-                    run_by=run_by,
-                    at_s=at_s,
-                    report=dict(result),
-                    started_at=started_at,
-                    runbook_author=runbook_author,
-                    override_reason=override_reason,
-                    require_closed_findings=require_closed_findings,
-                )
-                items = action_items.list_items(session=session, model=model, status="open")
-    except (FiredrillError, KeyError) as exc:
-        out.print(f"[bold red]error:[/] cannot store the drill result: {exc}")
-        return False
-    out.print(f"stored drill result {row.id} ({answer.gate.reason})", highlight=False)
-    raised = [i for i in items if i.last_result_id == row.id]
-    if raised:
-        out.print(
-            f"{len(raised)} finding(s) tracked as action items "
-            f"({len(items)} open for {model}): firedrill gameday findings --model {model}",
-            highlight=False,
-        )
-    return True
+    if answer.gate.allowed and answer.gate.overridden:
+        out.print(f"[yellow]ladder override[/] {answer.gate.reason}", highlight=False)
 
 
 def register(gameday_app: typer.Typer) -> None:

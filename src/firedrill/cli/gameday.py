@@ -1,41 +1,48 @@
 """``firedrill gameday run`` and ``gameday plan``: a game day from the command line.
 
 Thin entry points: load and validate the drill (a bad spec exits 4 naming file, line and field),
-recover what an interrupted drill left behind, check the ladder when a store is given, run the
-drill with a progress bar, write the reports, print the verdict table, and exit with the
-verdict's code: 0 passed, 1 failed, 3 aborted by a stop condition, 2 Click's usage error, 4 a
-bad spec or input, 5 refused to start (steady state does not hold, the ladder gate is closed,
-leftovers of an interrupted drill could not be reverted). An L0 drill is a tabletop: ``run``
-prints its plan and injects nothing.
+call the ``run_gameday`` use case (``firedrill.app.gameday``: recover leftovers, ladder gate,
+world, journal, run, keep the result) with a progress bar, write the reports, print the verdict
+table, and exit with the verdict's ``ExitCode``: 0 passed, 1 failed, 3 aborted by a stop
+condition, 2 Click's usage error, 4 a bad spec or input, 5 refused to start (steady state does
+not hold, the ladder gate is closed, leftovers of an interrupted drill could not be reverted).
+An L0 drill is a tabletop: ``run`` prints its plan and injects nothing.
 """
 
 from __future__ import annotations
 
 import io
-import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
-from firedrill.cli_many import ExecutorKind, as_json, write_outputs
+from firedrill.cli.common import ExitCode, console, err
+from firedrill.cli.many import ExecutorKind, as_json, write_outputs
 from firedrill.errors import FiredrillError, SpecError
+from firedrill.model.jsontypes import JsonObject
 
-EXIT_FAILED = 1
-EXIT_ABORTED = 3
-EXIT_SPEC = 4
-EXIT_REFUSED = 5
-VERDICT_EXIT = {"passed": 0, "failed": EXIT_FAILED, "aborted": EXIT_ABORTED}
+if TYPE_CHECKING:
+    from firedrill.drill.recover import RecoveryReport
+    from firedrill.drill.result import DrillReport
+    from firedrill.store.ladder import LadderCheck
+
+VERDICT_EXIT = {"passed": ExitCode.OK, "failed": ExitCode.FAILED, "aborted": ExitCode.ABORTED}
 
 gameday_app = typer.Typer(
     help="Game days: drills as falsifiable experiments.", no_args_is_help=True
 )
-console = Console()
-err = Console(stderr=True)
 
 DrillArg = Annotated[Path, typer.Argument(help="Drill spec (YAML).")]
 
@@ -49,54 +56,47 @@ def _load(path: Path) -> Any:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         for more in exc.errors[1:]:
             err.print(f"[red]error:[/] {more}", highlight=False)
-        raise typer.Exit(EXIT_SPEC) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
 
 
-# -- hooks (other modules provide them; each is one call site) -------------------------------------
+# -- what the use case reports while it runs ------------------------------------------------------
 
 
-def _recover_leftovers(
-    journal_dir: Path | None, quiet: bool, token_file: Path, target: str | None = None
-) -> bool:
-    """Revert what interrupted drills left behind before starting a new one (said only when
-    there was something to revert); only through this run's own ``--target``."""
-    from firedrill.cli_ladder import recover_leftovers
+class _Listener:
+    """Prints what ``run_gameday`` reports, on stderr, under the progress bar."""
 
-    buffer = io.StringIO()
-    out = Console(file=buffer, width=100)
-    ok = recover_leftovers(
-        journal_dir, target=target, token_file=token_file, out=out, must_match=True
-    )
-    text = buffer.getvalue()
-    if (not quiet or not ok) and not text.startswith("nothing to recover"):
-        err.print(text, end="", highlight=False, markup=False, soft_wrap=True)
-    return ok
+    def __init__(self, progress: Progress, task: TaskID, *, quiet: bool) -> None:
+        self._progress = progress
+        self._task = task
+        self._quiet = quiet
 
+    def recovered(self, report: RecoveryReport, directory: Path) -> None:
+        """Said only when there was something to revert (or a drill still running)."""
+        from firedrill.cli.ladder import print_recovery
 
-def _ladder_gate(db: str, spec: Any, run_by: str, override: str | None) -> bool:
-    from firedrill.cli_ladder import ladder_gate
+        buffer = io.StringIO()
+        print_recovery(report, directory, Console(file=buffer, width=100))
+        text = buffer.getvalue()
+        if (not self._quiet or not report.ok) and not text.startswith("nothing to recover"):
+            err.print(text, end="", highlight=False, markup=False, soft_wrap=True)
 
-    return ladder_gate(
-        db, model=spec.target.model, rung=spec.rung, run_by=run_by,
-        runbook_author=spec.runbook_author, override_reason=override,
-        require_closed_findings=spec.require_closed_findings,
-    )  # fmt: skip
+    def gated(self, answer: LadderCheck) -> None:
+        from firedrill.cli.ladder import print_gate
 
+        print_gate(answer, err)
 
-def _persist(
-    db: str, report: dict[str, Any], spec: Any, run_by: str, started: datetime, override: str | None
-) -> bool:
-    from firedrill.cli_ladder import persist_run
+    def progress(self, sim_s: float) -> None:
+        self._progress.update(self._task, completed=sim_s)
 
-    return persist_run(
-        db, report, model=spec.target.model, rung=spec.rung, run_by=run_by, started_at=started,
-        at_s=float(report.get("end_s") or 0.0), runbook_author=spec.runbook_author,
-        override_reason=override, require_closed_findings=spec.require_closed_findings,
-    )  # fmt: skip
+    def stored(self, result_id: int, answer: LadderCheck) -> None:
+        err.print(f"stored drill result {result_id} ({answer.gate.reason})", highlight=False)
+
+    def store_failed(self, error: FiredrillError) -> None:
+        err.print(f"[bold red]error:[/] cannot store the drill result: {error}")
 
 
 def _write_reports(
-    report: dict[str, Any], *, json_out: Path | None, md_out: Path | None, html_out: Path | None
+    report: JsonObject, *, json_out: Path | None, md_out: Path | None, html_out: Path | None
 ) -> list[Path]:
     """The JSON result, and the Markdown / HTML reports (``drill.report``)."""
     from firedrill.drill.report import render_html, render_markdown
@@ -156,72 +156,70 @@ def _print_plan(plan: dict[str, Any]) -> None:
         console.print(f"RTO budget {_num(plan['rto']['budget_s'], '_s')}: {terms}")
 
 
-def _print_result(r: dict[str, Any]) -> None:
-    colour = {"passed": "green", "failed": "bold red", "aborted": "magenta"}.get(r["verdict"], "")
+def _print_result(r: DrillReport) -> None:
+    colour = {"passed": "green", "failed": "bold red", "aborted": "magenta"}.get(r.verdict, "")
     console.print(
-        f"[{colour}]{r['verdict'].upper()}[/] {r['drill']} ({r['rung']}, seed {r['seed']}): "
-        f"{r['reason']}",
+        f"[{colour}]{r.verdict.upper()}[/] {r.drill} ({r.rung}, seed {r.seed}): {r.reason}",
         highlight=False,
     )
     t = Table(title="hypothesis", header_style="bold")
     for col in ("clause", "expected", "observed", "pass"):
         t.add_column(col)
-    for h in r["hypothesis"]:
+    for h in r.hypothesis:
         t.add_row(
-            h["clause"],
-            h["expected"],
-            _num(h["observed"], h["metric"]),
-            "[green]PASS[/]" if h["passed"] else "[bold red]FAIL[/]",
+            h.clause,
+            h.expected,
+            _num(h.observed, h.metric),
+            "[green]PASS[/]" if h.passed else "[bold red]FAIL[/]",
         )
     console.print(t)
-    rto = r["rto"]
-    t = Table(title=f"RTO (budget {_num(rto['budget_s'], '_s')})", header_style="bold")
+    rto = r.rto
+    t = Table(title=f"RTO (budget {_num(rto.budget_s, '_s')})", header_style="bold")
     for col in ("term", "plan", "actual"):
         t.add_column(col)
-    for key, actual in rto["terms"].items():
-        plan = rto["planned"].get(key)
+    for key, actual in rto.terms.items():
+        plan = rto.planned.get(key)
         over = actual is not None and plan is not None and actual > plan
         mark = "[red]" if over else ""
         t.add_row(key.removesuffix("_s"), _num(plan, "_s"), f"{mark}{_num(actual, '_s')}")
     t.add_row(
         "[bold]measured[/]",
-        _num(rto["budget_s"], "_s"),
-        f"[bold]{_num(rto['measured_s'], '_s')}[/]",
+        _num(rto.budget_s, "_s"),
+        f"[bold]{_num(rto.measured_s, '_s')}[/]",
     )
     console.print(t)
-    if rto.get("posture_problem"):
+    if rto.posture_problem:
         console.print("[bold red]posture problem:[/] the hydrate term alone exceeds the budget")
     t = Table(title="stop conditions", header_style="bold")
     for col in ("name", "kind", "fired", "at"):
         t.add_column(col)
-    for s in r["stop_conditions"]:
-        t.add_row(s["name"], s["kind"], _num(s["fired"]), _num(s["at_s"], "_s"))
+    for s in r.stop_conditions:
+        t.add_row(s.name, s.kind, _num(s.fired), _num(s.at_s, "_s"))
     console.print(t)
-    if r["security_floor"]:
+    if r.security_floor:
         t = Table(title="security floor", header_style="bold")
         for col in ("check", "held", "detail"):
             t.add_column(col)
-        for c in r["security_floor"]:
+        for c in r.security_floor:
             held = (
                 "[yellow]not exercised[/]"
-                if c.get("status") == "not_exercised"
+                if c.status == "not_exercised"
                 else "[green]yes[/]"
-                if c.get("passed")
+                if c.passed
                 else "[bold red]NO[/]"
             )
-            t.add_row(str(c.get("check")), held, str(c.get("detail", ""))[:100])
+            t.add_row(escape(c.check), held, escape(c.detail[:100]))
         console.print(t)
-    reverted = r["reverted"]
     console.print(
-        f"reverted: {len(reverted['injections'])} "
-        + ("(every injection and lever)" if reverted["all"] else "[bold red](NOT all)[/]")
+        f"reverted: {len(r.reverted.injections)} "
+        + ("(every injection and lever)" if r.reverted.all else "[bold red](NOT all)[/]")
     )
-    if r["findings"]:
+    if r.findings:
         t = Table(title="findings", header_style="bold")
         for col in ("kind", "finding", "owner"):
             t.add_column(col)
-        for f in r["findings"]:
-            t.add_row(f["kind"], f["text"], f["owner"])
+        for f in r.findings:
+            t.add_row(f.kind, f.text, f.owner or "")
         console.print(t)
 
 
@@ -289,14 +287,10 @@ def run(
     ] = 1.0,
 ) -> None:
     """Run a game day; exit 0 passed, 1 failed, 3 aborted by a stop condition."""
-    from firedrill.adapters.journal_file import Journal, default_directory
-    from firedrill.drill.run import Jitter, SteadyStateError, run_drill
-
     loaded = _load(drill)
     spec = loaded.spec
     if run_by is not None:
         spec = spec.model_copy(update={"run_by": run_by})
-    who = spec.run_by or "unknown"
     if spec.rung == "L0":
         from firedrill.adapters.worlds import EMBEDDED
         from firedrill.drill.run import plan as drill_plan
@@ -305,8 +299,8 @@ def run(
             _print_plan(drill_plan(spec, loaded.fleet, make_world=EMBEDDED, seed=seed))
             console.print("[green]L0 tabletop[/]: plan validated, nothing injected")
         return
-    if runs > 1:  # a sweep on embedded twins (cli_many): the summary replaces the run's outputs
-        from firedrill.cli_many import run_sweep
+    if runs > 1:  # a sweep on embedded twins (cli.many): the summary replaces the run's outputs
+        from firedrill.cli.many import run_sweep
 
         raise typer.Exit(
             run_sweep(
@@ -316,35 +310,9 @@ def run(
                 quiet=quiet, target=target, db=db,
             )
         )  # fmt: skip
-    try:
-        if not _recover_leftovers(journal_dir, quiet, token_file, target):
-            err.print("[bold red]refused:[/] an interrupted drill's leftovers are not reverted")
-            raise typer.Exit(EXIT_REFUSED)
-    except FiredrillError as exc:
-        err.print(f"[bold red]refused:[/] cannot recover leftovers: {exc}", highlight=False)
-        raise typer.Exit(EXIT_REFUSED) from exc
-    if db is not None and not _ladder_gate(db, spec, who, override_reason):
-        raise typer.Exit(EXIT_REFUSED)
-    from firedrill.adapters.worlds import EMBEDDED, load_token, remote
-    from firedrill.ports import DrillWorld
+    from firedrill.app.gameday import Refused, run_gameday
 
-    world: DrillWorld | None = None
-    target_name = "embedded"
-    if target is not None:
-        try:
-            world = remote(target, load_token(token_file))
-        except FiredrillError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(EXIT_SPEC) from exc
-        target_name = target
-    started = datetime.now(UTC)
-    run_seed = spec.seed if seed is None else seed
-    journal = Journal.create(
-        journal_dir or default_directory(), drill=spec.name, spec_sha256=loaded.spec_sha256,
-        seed=run_seed, run_by=who, target=target_name,
-    )  # fmt: skip
     cap = spec.duration_cap_s or 0.0
-    wall0 = time.perf_counter()
     try:
         with Progress(
             TextColumn("[bold]gameday[/] {task.description}"),
@@ -357,42 +325,36 @@ def run(
             transient=True,
         ) as progress:
             task = progress.add_task(f"{spec.name} {spec.duration_cap}", total=cap)
-            result = run_drill(
-                spec, loaded.fleet, loaded.slo, loaded.policy, seed=run_seed, journal=journal,
-                world=world, make_world=EMBEDDED,
-                progress=lambda t: progress.update(task, completed=t),
-                spec_sha256=loaded.spec_sha256, jitter=Jitter(seed=run_seed) if jitter else None,
+            result = run_gameday(
+                loaded=loaded, listener=_Listener(progress, task, quiet=quiet), seed=seed,
+                run_by=run_by, db=db, override_reason=override_reason, target=target,
+                token_file=token_file, journal_dir=journal_dir, jitter=jitter,
+                spec_path=str(drill),
             )  # fmt: skip
-    except SteadyStateError as exc:
-        err.print(f"[bold red]refused:[/] {exc} (nothing was injected)", highlight=False)
-        raise typer.Exit(EXIT_REFUSED) from exc
+    except Refused as exc:
+        err.print(f"[bold red]refused:[/] {exc}", highlight=False)
+        raise typer.Exit(ExitCode.REFUSED) from exc
     except FiredrillError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(EXIT_SPEC) from exc
-    finally:
-        journal.close()
-    wall = time.perf_counter() - wall0
+        raise typer.Exit(ExitCode.INPUT) from exc
     report = result.report
-    report["spec_path"] = str(drill)
     if out is not None:
         json_out = json_out or out / "result.json"
         markdown = markdown or out / "report.md"
         html = html or out / "report.html"
-    written = _write_reports(report, json_out=json_out, md_out=markdown, html_out=html)
-    if db is not None:
-        _persist(db, report, spec, who, started, override_reason)
+    written = _write_reports(report.to_json(), json_out=json_out, md_out=markdown, html_out=html)
     if not quiet:
         _print_result(report)
         for path in written:
             console.print(f"wrote [bold]{path}[/]")
-        console.print(f"{cap / 3600:.2g} h simulated in {wall:.2f} s wall")
-    raise typer.Exit(VERDICT_EXIT.get(result.verdict, EXIT_SPEC))
+        console.print(f"{cap / 3600:.2g} h simulated in {result.wall_s:.2f} s wall")
+    raise typer.Exit(VERDICT_EXIT.get(result.verdict, ExitCode.INPUT))
 
 
 def register(app: typer.Typer) -> None:
     """Hook the ``gameday`` sub-app (recover, ladder, findings, land, next) into the root."""
-    from firedrill import cli_findings, cli_ladder
+    from firedrill.cli import findings, ladder
 
-    cli_ladder.register(gameday_app)
-    cli_findings.register(gameday_app)
+    ladder.register(gameday_app)
+    findings.register(gameday_app)
     app.add_typer(gameday_app, name="gameday")

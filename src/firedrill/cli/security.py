@@ -17,15 +17,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from firedrill.cli.common import ExitCode, console, err, group
 from firedrill.errors import FiredrillError, SpecError
-
-EXIT_FAILED = 1
-EXIT_INPUT = 4
-
-console = Console()
-err = Console(stderr=True)
 
 KeyFileOption = Annotated[
     Path | None,
@@ -58,13 +52,13 @@ def export_evidence(
         spec, fleet, slo, policy = load_scenario(scenario)
     except SpecError as exc:
         err.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(EXIT_INPUT) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
     try:  # refused before anything runs
         refuse_unusable_out(out)
         key = None if key_file is None else load_key(key_file)
     except FiredrillError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INPUT) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
     # incidents need a responder's book; without a policy, one in advise mode keeps it
     run = run_scenario(
         spec, fleet, slo, policy, make_world=EMBEDDED_SCENARIO,
@@ -74,14 +68,14 @@ def export_evidence(
     if not bundles:
         what = f"incident {incident}" if incident else "security incident"
         err.print(f"[bold red]error:[/] the run of {spec.name} opened no {what}")
-        raise typer.Exit(EXIT_INPUT)
+        raise typer.Exit(ExitCode.INPUT)
     for b in bundles:
         directory = out / b.incident
         try:
             write_bundle(b if key is None else sign_bundle(b, key), directory)
         except FiredrillError as exc:
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(EXIT_INPUT) from exc
+            raise typer.Exit(ExitCode.INPUT) from exc
         if not quiet:
             counts = ", ".join(f"{f.name} {f.records}" for f in b.files if f.name.endswith("l"))
             state = "complete" if b.complete else "INCOMPLETE (the audit log rolled over)"
@@ -104,17 +98,17 @@ def verify_evidence(
         err.print(
             f"error: {directory} is not a directory", markup=False, highlight=False, soft_wrap=True
         )
-        raise typer.Exit(EXIT_INPUT)
+        raise typer.Exit(ExitCode.INPUT)
     try:
         key = None if key_file is None else load_key(key_file)
         problems = verify_dir(directory, key=key)
     except FiredrillError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INPUT) from exc
+        raise typer.Exit(ExitCode.INPUT) from exc
     if problems:
         for p in problems:
             err.print(f"BAD {p}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(ExitCode.FAILED)
     console.print(f"ok: evidence in {directory} verifies against its manifest", markup=False)
     if key is not None:
         console.print(f"ok: {SIGNATURE} verifies with the key in {key_file}", markup=False)
@@ -127,7 +121,7 @@ def verify_evidence(
         console.print("signature: not_exercised (the evidence is not signed)", markup=False)
 
 
-def register(export_app: typer.Typer, audit_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     """Add ``export evidence`` and ``audit evidence`` to the CLI."""
-    export_app.command("evidence")(export_evidence)
-    audit_app.command("evidence")(verify_evidence)
+    group(app, "export").command("evidence")(export_evidence)
+    group(app, "audit").command("evidence")(verify_evidence)
