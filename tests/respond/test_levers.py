@@ -10,8 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
 
@@ -20,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from firedrill.errors import FiredrillError, OperationError
+from firedrill.errors import FiredrillError, OperationError, UnknownTargetError
 from firedrill.model import operations as ops
 from firedrill.model.operations import Operation
+from firedrill.model.release import DigestRecord
 from firedrill.respond.guards import (
     DENY_ALL_FLAG,
     FAST_BURN,
@@ -119,19 +119,18 @@ def demo(warm_s: float = 60.0) -> Twin:
     return twin
 
 
-@dataclass(frozen=True)
-class _Digest:
-    model: int
-    digest: str
-    signed: bool
-    attested: bool
-
-
-@dataclass(frozen=True)
 class _Catalog:
-    digests: tuple[_Digest, ...] = (_Digest(0, "sha256:ok", True, True),)
-    digest_index: Mapping[str, int] = field(default_factory=lambda: {"sha256:ok": 0})
-    model_index: Mapping[str, int] = field(default_factory=lambda: {"m": 0})
+    """The Digests port with one signed and attested digest of model ``m``."""
+
+    record = DigestRecord("m", "sha256:ok", signed=True, attested=True)
+
+    def published(self, model: str) -> Sequence[DigestRecord]:
+        if model != "m":
+            raise UnknownTargetError(f"unknown model {model!r}")
+        return (self.record,)
+
+    def digest_record(self, digest: str) -> DigestRecord | None:
+        return self.record if digest == self.record.digest else None
 
 
 def _genuine(guard: str) -> GuardResult:
