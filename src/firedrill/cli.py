@@ -25,6 +25,7 @@ from firedrill.cli_export_drill import register as register_export_drill
 from firedrill.cli_gameday import register as register_gameday
 from firedrill.cli_incident import incident_app
 from firedrill.cli_security import register as register_security
+from firedrill.cli_serve import register as register_serve
 from firedrill.errors import FiredrillError, SpecError
 from firedrill.model.series import Series
 from firedrill.model.spec import FleetSpec
@@ -51,6 +52,7 @@ app.add_typer(incident_app, name="incident")
 register_security(export_app, audit_app)  # export evidence, audit evidence
 register_gameday(app)  # gameday run, plan, recover, ladder
 register_export_drill(export_app)  # export chaos-mesh, export fis
+register_serve(app)  # serve: Alertmanager webhook, incidents API, lever approvals
 
 console = Console()
 err = Console(stderr=True)

@@ -1,0 +1,556 @@
+"""``create_app(settings)``: the FastAPI application of ``firedrill serve``.
+
+Routes (all under ``/api/v1`` need a bearer token; see ``web/auth.py``):
+
+- ``POST /api/v1/alerts/webhook``  Alertmanager's webhook (v4); role ``webhook``
+- ``GET  /api/v1/incidents``  list, newest first (``status``, ``cell``, ``region``, ``sev``,
+  ``limit``, ``offset``); ``GET /api/v1/incidents/{id}`` one incident with its four-axis
+  severity, ranked suspects, levers (guard checks, roles needed, approvals) and timeline
+- ``GET  /api/v1/incidents/{id}/timeline``, ``/levers``, ``/alerts``
+- ``POST /api/v1/levers/{id}/approve`` (the last approval pulls it), ``/pull``, ``/undo``
+- ``GET|POST /api/v1/incidents/{id}/comms``, ``GET|POST /api/v1/incidents/{id}/handoffs``
+- ``GET  /api/v1/incidents/{id}/breakglass``, ``/postmortem``
+- ``GET  /api/v1/drills``, ``GET /api/v1/ladder``
+- ``GET  /api/v1/events``  server-sent events of incident, timeline and lever changes
+- ``GET  /api/v1/whoami``; ``GET /metrics`` (role ``metrics`` or any reader);
+  ``GET /healthz`` and ``/readyz`` (no token: they reveal nothing)
+
+Limits: request bodies over ``max_body_bytes`` get 413; a client that takes longer than
+``body_timeout_s`` to send its body gets 408; when more than ``max_pending`` webhook calls are
+waiting for the ingestion lock, the next ones get 503 with ``Retry-After`` (Alertmanager retries
+a 5xx; nothing is lost, nothing is half-stored).
+"""
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, Field, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from firedrill import __version__
+from firedrill.app.serve import (
+    IncidentDetail,
+    IncidentRead,
+    IncidentService,
+    IngestResult,
+    LeverRead,
+    ServeError,
+    TimelineRead,
+)
+from firedrill.app.webhook import WebhookPayload
+from firedrill.errors import FiredrillError, StoreError
+from firedrill.store import breakglass, comms, drills, postmortems, roles
+from firedrill.store.ladder import runs as ladder_runs
+from firedrill.web.auth import Principal, Tokens
+from firedrill.web.events import EventHub
+
+log = logging.getLogger("firedrill.serve")
+
+
+@dataclass
+class WebSettings:
+    """What the HTTP layer enforces, and how often the responder runs."""
+
+    tokens: Tokens
+    max_body_bytes: int = 1 << 20  # 1 MiB: about 1,000 alerts
+    body_timeout_s: float = 10.0  # a client sending its body slower than this gets 408
+    max_pending: int = 64  # webhook calls waiting for the ingestion lock before 503
+    tick_s: float = 2.0  # responder evaluation period (wall seconds); 0: never
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+class _Limits:
+    """Pure ASGI middleware: body size cap (413) and slow-body timeout (408)."""
+
+    def __init__(self, app: ASGIApp, *, max_body: int, timeout_s: float) -> None:
+        self.app = app
+        self.max_body = max_body
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            await _plain(send, 413, f"request body over {self.max_body} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                message = await asyncio.wait_for(receive(), max(left, 0.001))
+            except TimeoutError:
+                await _plain(send, 408, f"request body not received within {self.timeout_s:g} s")
+                return
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_body:
+                await _plain(send, 413, f"request body over {self.max_body} bytes")
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        whole = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _plain(send: Send, status: int, detail: str) -> None:
+    body = ('{"detail": "' + detail.replace('"', "'") + '"}').encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "firedrill_serve_http_requests", "HTTP requests answered", ["route", "code"], registry=r
+        )
+        self.latency = Histogram(
+            "firedrill_serve_http_request_duration_seconds",
+            "Time to answer an HTTP request",
+            ["route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.alerts = Counter(
+            "firedrill_serve_webhook_alerts",
+            "Alert events received by the webhook, new or duplicate",
+            ["result"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "firedrill_serve_webhook_rejected",
+            "Webhook calls refused",
+            ["reason"],
+            registry=r,
+        )
+        self.pending = Gauge(
+            "firedrill_serve_webhook_pending", "Webhook calls waiting or in progress", registry=r
+        )
+        self.ticks = Counter(
+            "firedrill_serve_ticks", "Responder evaluations", ["result"], registry=r
+        )
+        self.subscribers = Gauge(
+            "firedrill_serve_event_subscribers", "Open server-sent event streams", registry=r
+        )
+
+
+# --- request and answer bodies ---------------------------------------------------------------
+
+
+class ApproveBody(BaseModel):
+    comment: str = Field(default="", max_length=2000)
+
+
+class CommsBody(BaseModel):
+    channel: str = Field(pattern="^(status_page|incident_channel)$")
+    text: str = Field(min_length=1, max_length=4000)
+
+
+class HandoffBody(BaseModel):
+    role: str = Field(min_length=1, max_length=64)
+    to_person: str = Field(min_length=1, max_length=200)
+    open_threads: list[Annotated[str, Field(max_length=200)]] = Field(default=[], max_length=50)
+    next_update_in_s: float = Field(default=1800.0, gt=0, le=86400)
+
+
+class Who(BaseModel):
+    person: str
+    roles: list[str]
+
+
+# --- the app -----------------------------------------------------------------------------------
+
+
+def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
+    """The application: routes, auth, limits, metrics and the responder loop."""
+    hub = EventHub()
+    metrics = _Metrics()
+    pending = 0
+    pending_lock = threading.Lock()
+    stop = threading.Event()
+    prior_sink = service._emit
+
+    def sink(kind: str, incident: str | None, data: Any) -> None:
+        prior_sink(kind, incident, data)  # type: ignore[arg-type]
+        hub.publish(kind, incident, data)
+
+    service._emit = sink
+
+    def loop() -> None:
+        while not stop.wait(settings.tick_s):
+            try:
+                service.tick()
+                metrics.ticks.labels("ok").inc()
+            except FiredrillError as exc:
+                metrics.ticks.labels("error").inc()
+                log.warning("responder evaluation failed: %s", exc)
+            except Exception:
+                metrics.ticks.labels("crash").inc()
+                log.exception("responder evaluation crashed")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(service.start)
+        worker = None
+        if settings.tick_s > 0:
+            worker = threading.Thread(target=loop, name="firedrill-responder", daemon=True)
+            worker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if worker is not None:
+                worker.join(timeout=30)
+
+    app = FastAPI(
+        title="firedrill serve",
+        version=__version__,
+        description="Alertmanager webhook in, incidents and lever proposals out; people decide.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(_Limits, max_body=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+
+    @app.middleware("http")
+    async def _measure(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        name = getattr(route, "path", "other")
+        metrics.latency.labels(name).observe(time.perf_counter() - start)
+        metrics.requests.labels(name, str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(_: Request, exc: ServeError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(StoreError)
+    async def _store_error(_: Request, exc: StoreError) -> JSONResponse:
+        text = str(exc)
+        status = 404 if text.startswith("no incident") else 503
+        headers = {"Retry-After": "5"} if status == 503 else None
+        return JSONResponse({"detail": text}, status_code=status, headers=headers)
+
+    @app.exception_handler(FiredrillError)
+    async def _firedrill_error(_: Request, exc: FiredrillError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=502)
+
+    def principal(request: Request) -> Principal:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise HTTPException(
+                401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+        who = settings.tokens.who(token.strip())
+        if who is None:
+            raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+        return who
+
+    Caller = Annotated[Principal, Depends(principal)]
+
+    def reader(p: Caller) -> Principal:
+        if not p.can_read:
+            raise HTTPException(403, f"{p.person} may not read incidents")
+        return p
+
+    def decider(p: Caller) -> Principal:
+        if not p.can_decide:
+            raise HTTPException(403, f"{p.person} holds no incident role")
+        return p
+
+    Reader = Annotated[Principal, Depends(reader)]
+    Decider = Annotated[Principal, Depends(decider)]
+
+    # --- probes and metrics ---------------------------------------------------------------
+
+    @app.get("/healthz", tags=["probes"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["probes"])
+    def readyz() -> JSONResponse:
+        if not service.ready:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        try:
+            service.store.revision()
+        except StoreError as exc:
+            return JSONResponse({"status": "store unreachable", "detail": str(exc)}, 503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["probes"])
+    def metrics_page(p: Caller) -> Response:
+        if not (p.can_read or "metrics" in p.roles):
+            raise HTTPException(403, f"{p.person} may not scrape metrics")
+        metrics.subscribers.set(hub.subscribers)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/whoami", response_model=Who, tags=["auth"])
+    def whoami(p: Caller) -> Who:
+        return Who(person=p.person, roles=sorted(p.roles))
+
+    # --- the webhook ----------------------------------------------------------------------
+
+    @app.post("/api/v1/alerts/webhook", response_model=IngestResult, tags=["alerts"])
+    async def webhook(request: Request, p: Caller) -> Any:
+        nonlocal pending
+        if "webhook" not in p.roles:
+            raise HTTPException(403, f"{p.person} may not post alerts (role webhook)")
+        body = await request.body()
+        try:
+            payload = WebhookPayload.model_validate_json(body)
+        except ValidationError as exc:
+            metrics.rejected.labels("invalid").inc()
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "body"
+            errors = [
+                {"loc": [str(x) for x in e["loc"]], "msg": str(e["msg"]), "type": str(e["type"])}
+                for e in exc.errors()[:20]
+            ]
+            return JSONResponse(
+                {"detail": f"{where}: {first['msg']}", "errors": errors},
+                status_code=422,
+            )
+        with pending_lock:
+            if pending >= settings.max_pending:
+                metrics.rejected.labels("busy").inc()
+                return JSONResponse(
+                    {"detail": f"{pending} webhook calls already waiting: retry later"},
+                    status_code=503,
+                    headers={"Retry-After": "1"},
+                )
+            pending += 1
+            metrics.pending.set(pending)
+        try:
+            result = await run_in_threadpool(service.ingest, payload)
+        finally:
+            with pending_lock:
+                pending -= 1
+                metrics.pending.set(pending)
+        metrics.alerts.labels("new").inc(result.new)
+        metrics.alerts.labels("duplicate").inc(result.duplicates)
+        return result
+
+    # --- incidents ------------------------------------------------------------------------
+
+    @app.get("/api/v1/incidents", response_model=list[IncidentRead], tags=["incidents"])
+    def list_incidents(
+        _: Reader,
+        status: Annotated[str | None, Query(pattern="^(open|mitigated|resolved)$")] = None,
+        cell: Annotated[str | None, Query(max_length=200)] = None,
+        region: Annotated[str | None, Query(max_length=200)] = None,
+        sev: Annotated[int | None, Query(ge=1, le=4)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> list[IncidentRead]:
+        return service.list_incidents(
+            status=status, cell=cell, region=region, sev=sev, limit=limit, offset=offset
+        )
+
+    @app.get("/api/v1/incidents/{incident_id}", response_model=IncidentDetail, tags=["incidents"])
+    def get_incident(incident_id: str, _: Reader) -> IncidentDetail:
+        return service.incident(incident_id)
+
+    @app.get(
+        "/api/v1/incidents/{incident_id}/timeline",
+        response_model=list[TimelineRead],
+        tags=["incidents"],
+    )
+    def get_timeline(incident_id: str, _: Reader) -> list[TimelineRead]:
+        return service.timeline_of(incident_id)
+
+    @app.get(
+        "/api/v1/incidents/{incident_id}/levers", response_model=list[LeverRead], tags=["levers"]
+    )
+    def get_levers(incident_id: str, _: Reader) -> list[LeverRead]:
+        return service.levers_of(incident_id)
+
+    @app.post("/api/v1/levers/{lever_id}/approve", response_model=LeverRead, tags=["levers"])
+    def approve(lever_id: int, p: Decider, body: ApproveBody | None = None) -> LeverRead:
+        return service.approve(lever_id, person=p.person, roles=p.roles)
+
+    @app.post("/api/v1/levers/{lever_id}/pull", response_model=LeverRead, tags=["levers"])
+    def pull(lever_id: int, _: Decider) -> LeverRead:
+        return service.pull(lever_id)
+
+    @app.post("/api/v1/levers/{lever_id}/undo", response_model=LeverRead, tags=["levers"])
+    def undo(lever_id: int, p: Decider) -> LeverRead:
+        return service.undo(lever_id, person=p.person)
+
+    @app.get("/api/v1/levers/{lever_id}", response_model=LeverRead, tags=["levers"])
+    def get_lever(lever_id: int, _: Reader) -> LeverRead:
+        return service.lever(lever_id)
+
+    # --- comms, handoffs, break-glass, postmortems ------------------------------------------
+
+    @app.get("/api/v1/incidents/{incident_id}/comms", tags=["comms"])
+    def get_comms(incident_id: str, _: Reader) -> list[dict[str, Any]]:
+        with service.store.session() as s:
+            return [
+                {"id": c.id, "channel": c.channel.value, "text": c.text, "at_s": c.at_s,
+                 "due_s": c.due_s}
+                for c in comms.list(session=s, incident_id=incident_id)
+            ]  # fmt: skip
+
+    @app.post("/api/v1/incidents/{incident_id}/comms", status_code=201, tags=["comms"])
+    def post_comms(incident_id: str, body: CommsBody, p: Decider) -> dict[str, Any]:
+        if not p.roles & {"comms_lead", "incident_commander"}:
+            raise HTTPException(403, "comms are posted by the comms lead or the commander")
+        now = service.clock.now_s()
+        with service.store.session() as s:
+            row = comms.post(
+                session=s, incident_id=incident_id, channel=body.channel, text=body.text, at_s=now
+            )
+            s.flush()
+            out = {"id": row.id, "channel": body.channel, "at_s": now}
+        hub.publish("comms", incident_id, {"at_s": now, "by": p.person})
+        return out
+
+    @app.get("/api/v1/incidents/{incident_id}/handoffs", tags=["handoffs"])
+    def get_handoffs(incident_id: str, _: Reader) -> list[dict[str, Any]]:
+        with service.store.session() as s:
+            return [
+                {"id": h.id, "role": h.role.value, "from": h.from_person, "to": h.to_person,
+                 "at_s": h.at_s, "text": h.text, "open_threads": list(h.open_threads)}
+                for h in roles.handoffs(session=s, incident_id=incident_id)
+            ]  # fmt: skip
+
+    @app.post("/api/v1/incidents/{incident_id}/handoffs", status_code=201, tags=["handoffs"])
+    def post_handoff(incident_id: str, body: HandoffBody, p: Decider) -> dict[str, Any]:
+        now = service.clock.now_s()
+        with service.store.session() as s:
+            h = roles.handoff(
+                session=s,
+                incident_id=incident_id,
+                role=body.role,
+                to_person=body.to_person,
+                at_s=now,
+                open_threads=body.open_threads,
+                next_update_s=now + body.next_update_in_s,
+            )
+            s.flush()
+            out = {"id": h.id, "text": h.text, "by": p.person}
+        hub.publish("timeline", incident_id, {"handoff": out["id"]})
+        return out
+
+    @app.get("/api/v1/incidents/{incident_id}/breakglass", tags=["break-glass"])
+    def get_breakglass(incident_id: str, _: Reader) -> list[dict[str, Any]]:
+        with service.store.session() as s:
+            return [
+                {"id": g.id, "identity": g.identity, "scope": g.scope,
+                 "requested_by": g.requested_by, "approved_by": list(g.approved_by),
+                 "granted_at_s": g.granted_at_s, "expires_at_s": g.expires_at_s,
+                 "reaped_at_s": g.reaped_at_s}
+                for g in breakglass.list(session=s, incident_id=incident_id)
+            ]  # fmt: skip
+
+    @app.get("/api/v1/incidents/{incident_id}/postmortem", tags=["postmortems"])
+    def get_postmortem(incident_id: str, _: Reader) -> dict[str, Any]:
+        with service.store.session() as s:
+            pm = postmortems.get(session=s, incident_id=incident_id)
+            if pm is None:
+                raise HTTPException(404, f"{incident_id} has no postmortem")
+            return {
+                "id": pm.id, "ttd_s": pm.ttd_s, "ttm_s": pm.ttm_s, "ttr_s": pm.ttr_s,
+                "gpu_hours_lost": pm.gpu_hours_lost, "requests_failed": pm.requests_failed,
+                "root_cause_class": pm.root_cause_class, "text": pm.text,
+                "action_items": [
+                    {"kind": a.kind.value, "text": a.text, "owner": a.owner}
+                    for a in postmortems.action_items(session=s, postmortem_id=pm.id)
+                ],
+            }  # fmt: skip
+
+    # --- drills and the ladder ---------------------------------------------------------------
+
+    @app.get("/api/v1/drills", tags=["drills"])
+    def get_drills(
+        _: Reader, model: Annotated[str | None, Query(max_length=200)] = None
+    ) -> list[dict[str, Any]]:
+        with service.store.session() as s:
+            return [
+                {"id": d.id, "name": d.name, "rung": d.rung, "model": d.model,
+                 "verdict": d.verdict.value, "run_by": d.run_by, "at_s": d.at_s,
+                 "started_at": d.started_at}
+                for d in drills.list(session=s, model=model)
+            ]  # fmt: skip
+
+    @app.get("/api/v1/ladder", tags=["drills"])
+    def get_ladder(
+        _: Reader, model: Annotated[str | None, Query(max_length=200)] = None
+    ) -> list[dict[str, Any]]:
+        with service.store.session() as s:
+            return [
+                {"drill": r.drill, "model": r.model, "rung": r.rung, "verdict": r.verdict,
+                 "run_by": r.run_by, "started_at": r.started_at.isoformat()}
+                for r in ladder_runs(session=s, model=model)
+            ]  # fmt: skip
+
+    # --- events ----------------------------------------------------------------------------
+
+    @app.get("/api/v1/events", tags=["events"])
+    def events(
+        request: Request,
+        _: Reader,
+        incident: Annotated[str | None, Query(max_length=32)] = None,
+    ) -> StreamingResponse:
+        raw = request.headers.get("last-event-id", "")
+        last = int(raw) if raw.isdigit() else None
+        return StreamingResponse(
+            hub.stream(last, incident=incident),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    app.state.hub = hub
+    app.state.service = service
+    app.state.metrics = metrics
+    return app
