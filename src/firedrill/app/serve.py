@@ -415,19 +415,23 @@ class IncidentService:
                 try:
                     for (cell, name), group in groups.items():
                         self._notify(s, cell, name, group, now, opened, joined)
+                    rows = []
                     for a in fresh.values():
                         holder = self._holder.get(_labels(a))
-                        sid = None if holder is None else self.ingestor.store_id(holder)
-                        received.record(
-                            s,
-                            fingerprint=a.fingerprint,
-                            starts_at=a.starts_at_key,
-                            status=a.status,
-                            labels=a.labels,
-                            receiver=payload.receiver,
-                            at_s=now,
-                            incident_id=sid,
+                        rows.append(
+                            {
+                                "fingerprint": a.fingerprint,
+                                "starts_at": a.starts_at_key,
+                                "status": a.status,
+                                "labels": a.labels,
+                                "receiver": payload.receiver,
+                                "at_s": now,
+                                "incident_id": None
+                                if holder is None
+                                else self.ingestor.store_id(holder),
+                            }
                         )
+                    received.record_many(s, rows)
                     for book_id in self._resolvable():
                         sid = self.ingestor.store_id(book_id)
                         self.ingestor.resolve(s, sid, now)
@@ -436,13 +440,13 @@ class IncidentService:
                     s.rollback()
                     self._recover()
                     raise
-            for sid in dict.fromkeys(opened):
-                events.append(("incident.opened", sid, {"at_s": now}))
-            for sid in dict.fromkeys(joined + resolved):
-                if sid not in opened:
-                    events.append(("incident.updated", sid, {"at_s": now}))
-        for kind, sid, data in events:
-            self._emit(kind, sid, data)
+            for opened_id in dict.fromkeys(opened):
+                events.append(("incident.opened", opened_id, {"at_s": now}))
+            for changed_id in dict.fromkeys(joined + resolved):
+                if changed_id not in opened:
+                    events.append(("incident.updated", changed_id, {"at_s": now}))
+        for kind, subject, data in events:
+            self._emit(kind, subject, data)
         dupes = len(payload.alerts) - len(fresh)
         return IngestResult(
             received=len(payload.alerts),

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import insert, select, tuple_
 from sqlalchemy.orm import Session
 
 from firedrill.errors import StoreError
@@ -97,6 +97,45 @@ def record(
     )
     with writing(session, f"cannot keep alert {fingerprint}"):
         session.add(row)
+
+
+def record_many(session: Session, rows: Sequence[Mapping[str, object]]) -> None:
+    """Keep a batch of received alerts in one INSERT (each row as ``record`` takes it).
+
+    Every row is checked first; one bad row refuses the batch and nothing is written.
+    """
+    checked = []
+    for r in rows:
+        status = r.get("status")
+        fingerprint, starts_at = r.get("fingerprint"), r.get("starts_at")
+        if status not in STATUSES:
+            raise StoreError(f"status must be firing or resolved, got {status!r}")
+        if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= HASH_LEN:
+            raise StoreError(f"fingerprint must be 1..{HASH_LEN} characters")
+        if not isinstance(starts_at, str) or not 0 < len(starts_at) <= ISO_TIME_LEN:
+            raise StoreError(f"starts_at must be 1..{ISO_TIME_LEN} characters")
+        labels = r.get("labels")
+        if not isinstance(labels, Mapping):
+            raise StoreError("labels must be an object")
+        incident_id = r.get("incident_id")
+        checked.append(
+            {
+                "fingerprint": validate.text(fingerprint, "fingerprint"),
+                "starts_at": validate.text(starts_at, "starts_at"),
+                "status": status,
+                "labels": {
+                    validate.text(k, "labels"): validate.text(v, "labels")
+                    for k, v in labels.items()
+                },
+                "receiver": validate.name(r.get("receiver"), "receiver"),
+                "at_s": validate.seconds(r.get("at_s"), "at_s"),
+                "incident_id": incident_id if isinstance(incident_id, str) else None,
+            }
+        )
+    if not checked:
+        return
+    with mapped_errors(f"cannot keep {len(checked)} alert(s)"):
+        session.execute(insert(ReceivedAlert), checked)
 
 
 def open_incident_alerts(session: Session) -> list[Received]:
