@@ -275,3 +275,43 @@ def test_fuzzed_payloads_are_refused_whole_or_stored_whole(
         assert snapshot(store) == before
     else:
         assert snapshot(store)[2] >= before[2]
+
+
+def test_events_stream_replays_what_happened_since_the_last_event_id(api: Any) -> None:
+    client, _ = api
+    client.post("/api/v1/alerts/webhook", json=payload(alert("use1-a")), headers=auth("am-token"))
+    headers = {**auth("viewer-token"), "Last-Event-ID": "0"}
+    with client.stream("GET", "/api/v1/events", headers=headers) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        lines: list[str] = []
+        for line in stream.iter_lines():
+            lines.append(line)
+            if line.startswith("data:"):
+                break
+    assert "id: 1" in lines
+    assert "event: incident.opened" in lines
+    assert '"incident": "INC-0001"' in lines[-1]
+
+
+def test_a_client_too_slow_to_send_its_body_gets_408() -> None:
+    import asyncio
+
+    from firedrill.web.app import _Limits
+
+    sent: list[dict[str, Any]] = []
+    reached: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(True)
+
+    async def slow_receive() -> dict[str, Any]:
+        await asyncio.sleep(5)
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "headers": []}
+    asyncio.run(_Limits(app, max_body=1024, timeout_s=0.1)(scope, slow_receive, send))
+    assert sent[0]["status"] == 408
+    assert reached == []

@@ -43,7 +43,8 @@ from firedrill.respond.guards import Approver, GuardResult, Role
 from firedrill.respond.incidents import Incident as BookIncident
 from firedrill.respond.incidents import IncidentKind
 from firedrill.respond.levers import Lever, LeverJournalEntry
-from firedrill.respond.responder import LeverRecord, Responder, ResponderPolicy
+from firedrill.respond.responder import LeverRecord, Responder, ResponderPolicy, Runbook
+from firedrill.respond.suspects import SymptomKind
 from firedrill.scenario.command import symptom_kind
 from firedrill.store import Store, audit, comms, incidents, levers, timeline
 from firedrill.store import alerts as received
@@ -288,6 +289,7 @@ class IncidentService:
         signals: Signals | None = None,
         probe_factory: Callable[[Callable[[], Collection[Labels]]], Any] | None = None,
         on_event: EventSink | None = None,
+        runbooks: Mapping[SymptomKind, Runbook] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -297,6 +299,7 @@ class IncidentService:
         self._emit: EventSink = on_event or (lambda *_: None)
         self.lock = threading.RLock()
         self._probe_factory = probe_factory
+        self._runbooks = runbooks
         self._now_s = float("-inf")
         self.ready = False
         self._reset()
@@ -315,6 +318,7 @@ class IncidentService:
                 classify=symptom_kind,
                 signals=self.signals,
                 book=self.ingestor.book,
+                runbooks=self._runbooks,
             )
         self._holder: dict[Labels, str] = {}  # alert labels -> book id of its incident
         self._kind: dict[str, IncidentKind] = {}
