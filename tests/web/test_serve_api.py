@@ -315,3 +315,39 @@ def test_a_client_too_slow_to_send_its_body_gets_408() -> None:
     asyncio.run(_Limits(app, max_body=1024, timeout_s=0.1)(scope, slow_receive, send))
     assert sent[0]["status"] == 408
     assert reached == []
+
+
+def test_break_glass_needs_two_people_other_than_the_requester(store: Store) -> None:
+    extra = {
+        "ic-token": ("Ian", ["incident_commander"]),
+        "sec-token": ("Sara", ["security_lead"]),
+    }
+    entries = [(token_sha256(t), p, r) for t, (p, r) in {**TOKENS, **extra}.items()]
+    service = IncidentService(store, clock=FixedClock())
+    app = create_app(WebSettings(tokens=Tokens.from_entries(entries), tick_s=0), service)
+    with TestClient(app) as client:
+        client.post(
+            "/api/v1/alerts/webhook", json=payload(alert("use1-a")), headers=auth("am-token")
+        )
+        (inc,) = client.get("/api/v1/incidents", headers=auth("bob-token")).json()
+        url = f"/api/v1/incidents/{inc['id']}/breakglass"
+        body = {"identity": "alice", "scope": "nodes:cordon", "reason": "drain by hand"}
+        assert (
+            client.post(url, json={**body, "scope": "cluster-admin"}, headers=auth("alice-token"))
+        ).status_code == 403
+        asked = client.post(url, json=body, headers=auth("alice-token"))
+        assert asked.status_code == 201, asked.text
+        rid = asked.json()["request_id"]
+        approve = f"/api/v1/breakglass/{rid}/approve"
+        # the requester (and the identity it is for) cannot approve it
+        own = client.post(approve, headers=auth("alice-token"))
+        assert own.status_code == 403
+        assert "own" in own.json()["detail"]
+        first = client.post(approve, headers=auth("ic-token")).json()
+        assert first["status"] == "pending"
+        assert client.post(approve, headers=auth("ic-token")).status_code == 403  # same person
+        granted = client.post(approve, headers=auth("sec-token")).json()
+        assert granted["status"] == "granted"
+        grants = client.get(url, headers=auth("bob-token")).json()
+        assert [g["approved_by"] for g in grants] == [["ian", "sara"]]
+        assert grants[0]["requested_by"] == "alice"

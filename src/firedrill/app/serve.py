@@ -39,15 +39,18 @@ from firedrill.errors import FiredrillError, OperationError, StoreError, Unknown
 from firedrill.model.series import Labels
 from firedrill.ports import Clock, Fleet, Signals
 from firedrill.respond import levers as lv
+from firedrill.respond.breakglass import SEV1_ROLES, BreakGlassBroker, BreakGlassError
 from firedrill.respond.guards import Approver, GuardResult, Role
 from firedrill.respond.incidents import Incident as BookIncident
 from firedrill.respond.incidents import IncidentKind
 from firedrill.respond.levers import Lever, LeverJournalEntry
 from firedrill.respond.responder import LeverRecord, Responder, ResponderPolicy, Runbook
+from firedrill.respond.severity import Sev
 from firedrill.respond.suspects import SymptomKind
 from firedrill.scenario.command import symptom_kind
 from firedrill.store import Store, audit, comms, incidents, levers, timeline
 from firedrill.store import alerts as received
+from firedrill.store import breakglass as store_breakglass
 from firedrill.store.ingest import AlertIngestor
 from firedrill.store.models import Channel, JsonValue, LeverStatus
 
@@ -216,6 +219,15 @@ class IncidentDetail(IncidentRead):
     alerts: list[dict[str, str]]
 
 
+class BreakGlassRead(BaseModel):
+    request_id: str
+    status: Literal["pending", "granted"]
+    identity: str
+    scope: str
+    grant_id: int | None = None
+    expires_at_s: float | None = None
+
+
 class IngestResult(BaseModel):
     received: int
     new: int
@@ -329,6 +341,8 @@ class IncidentService:
         self._outcomes: dict[int, _Outcome] = {}  # proposal id -> what its pull did
         # verified pulls: the entry and approvers an undo needs
         self._kept: dict[int, tuple[LeverJournalEntry, tuple[Approver, ...]]] = {}
+        self.broker = BreakGlassBroker()  # pending requests live here until granted
+        self._bg_incident: dict[str, str] = {}  # request id -> incident id
 
     def firing(self) -> Collection[Labels]:
         """Alerts firing now, as Alertmanager reported them."""
@@ -940,6 +954,139 @@ class IncidentService:
         self._outcomes[pending.proposal_id] = _Outcome("not_cleared", pending.applied_id, why)
         del self._pending[pending.proposal_id]
         events.append(("lever.undone", sid, {"lever_id": pending.proposal_id, "reason": why}))
+
+    # --- break-glass ----------------------------------------------------------------------------
+
+    def breakglass_request(
+        self,
+        incident_id: str,
+        *,
+        person: str,
+        identity: str,
+        scope: str,
+        reason: str,
+        ttl_s: float,
+    ) -> BreakGlassRead:
+        """Ask for emergency access during an incident; two other people must approve it."""
+        with self.lock:
+            now = self._now()
+            with self.store.session() as s:
+                row = incidents.require(session=s, incident_id=incident_id)
+                if row.status.value == "resolved":
+                    raise ServeError(f"{incident_id} is resolved: no break-glass")
+                try:
+                    req = self.broker.request(
+                        identity=canonical(identity),
+                        scope=scope,
+                        reason=f"{incident_id}: {reason}",
+                        requested_by=canonical(person),
+                        at_s=now,
+                        sev=Sev(row.sev),
+                        ttl_s=ttl_s,
+                    )
+                except BreakGlassError as exc:
+                    raise ServeError(exc.reason, status=403) from exc
+                self._bg_incident[req.request_id] = incident_id
+                timeline.add(
+                    session=s,
+                    incident_id=incident_id,
+                    at_s=now,
+                    kind="breakglass",
+                    actor=person.strip(),
+                    text=f"{person.strip()} asked break-glass for {identity} on {scope}: {reason}",
+                    data={"request_id": req.request_id, "scope": scope},
+                )
+                audit.append(
+                    s,
+                    actor=person.strip(),
+                    action="breakglass.request",
+                    subject=incident_id,
+                    data={"request_id": req.request_id, "identity": req.identity, "scope": scope},
+                    at_s=now,
+                )
+        self._emit("timeline", incident_id, {"breakglass": req.request_id})
+        return BreakGlassRead(
+            request_id=req.request_id, status="pending", identity=req.identity, scope=req.scope
+        )
+
+    def breakglass_approve(
+        self, request_id: str, *, person: str, roles: Collection[str]
+    ) -> BreakGlassRead:
+        """Approve a request (never one's own); the second distinct approval grants it."""
+        with self.lock:
+            incident_id = self._bg_incident.get(request_id)
+            if incident_id is None:
+                raise ServeError(f"no pending break-glass request {request_id}", status=404)
+            now = self._now()
+            req = self.broker.pending(request_id)
+            used = {a.role for a in req.approvals}
+            preferred = [r for r in ROLES if r in roles and r not in used]
+            sev1 = [r for r in preferred if r in SEV1_ROLES]
+            candidates = sev1 or preferred
+            if not candidates:
+                raise ServeError(f"{person} holds no incident role to approve with", status=403)
+            role = candidates[0]
+            try:
+                grant = self.broker.approve(request_id, canonical(person), role, now)
+            except BreakGlassError as exc:
+                raise ServeError(exc.reason, status=403) from exc
+            with self.store.session() as s:
+                audit.append(
+                    s,
+                    actor=person.strip(),
+                    action="breakglass.approve",
+                    subject=incident_id,
+                    data={"request_id": request_id, "role": role},
+                    at_s=now,
+                )
+                if grant is None:
+                    out = BreakGlassRead(
+                        request_id=request_id,
+                        status="pending",
+                        identity=req.identity,
+                        scope=req.scope,
+                    )
+                else:
+                    row = store_breakglass.grant(
+                        session=s,
+                        incident_id=incident_id,
+                        identity=grant.identity,
+                        requested_by=req.requested_by,
+                        approved_by=grant.approvers,
+                        granted_at_s=grant.granted_at_s,
+                        expires_at_s=grant.expires_at_s,
+                        scope=grant.scope,
+                    )
+                    s.flush()
+                    del self._bg_incident[request_id]
+                    timeline.add(
+                        session=s,
+                        incident_id=incident_id,
+                        at_s=now,
+                        kind="breakglass",
+                        actor=" + ".join(grant.approvers),
+                        text=f"break-glass {grant.identity} on {grant.scope} granted by "
+                        f"{', '.join(grant.approvers)} until {grant.expires_at_s:g} s",
+                        data={"grant_id": row.id, "request_id": request_id},
+                    )
+                    audit.append(
+                        s,
+                        actor=" + ".join(grant.approvers),
+                        action="breakglass.grant",
+                        subject=incident_id,
+                        data={"grant_id": row.id, "request_id": request_id},
+                        at_s=now,
+                    )
+                    out = BreakGlassRead(
+                        request_id=request_id,
+                        status="granted",
+                        identity=grant.identity,
+                        scope=grant.scope,
+                        grant_id=row.id,
+                        expires_at_s=grant.expires_at_s,
+                    )
+        self._emit("timeline", incident_id, {"breakglass": request_id, "status": out.status})
+        return out
 
     # --- reading --------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ Routes (all under ``/api/v1`` need a bearer token; see ``web/auth.py``):
 - ``GET  /api/v1/incidents/{id}/timeline``, ``/levers``, ``/alerts``
 - ``POST /api/v1/levers/{id}/approve`` (the last approval pulls it), ``/pull``, ``/undo``
 - ``GET|POST /api/v1/incidents/{id}/comms``, ``GET|POST /api/v1/incidents/{id}/handoffs``
-- ``GET  /api/v1/incidents/{id}/breakglass``, ``/postmortem``
+- ``GET  /api/v1/incidents/{id}/breakglass``, ``/postmortem``; ``POST .../breakglass`` (a
+  request) and ``POST /api/v1/breakglass/{request}/approve`` (two people, not the requester)
 - ``GET  /api/v1/drills``, ``GET /api/v1/ladder``
 - ``GET  /api/v1/events``  server-sent events of incident, timeline and lever changes
 - ``GET  /api/v1/whoami``; ``GET /metrics`` (role ``metrics`` or any reader);
@@ -46,6 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from firedrill import __version__
 from firedrill.app.serve import (
+    BreakGlassRead,
     IncidentDetail,
     IncidentRead,
     IncidentService,
@@ -198,6 +200,13 @@ class HandoffBody(BaseModel):
     to_person: str = Field(min_length=1, max_length=200)
     open_threads: list[Annotated[str, Field(max_length=200)]] = Field(default=[], max_length=50)
     next_update_in_s: float = Field(default=1800.0, gt=0, le=86400)
+
+
+class BreakGlassBody(BaseModel):
+    identity: str = Field(min_length=1, max_length=200)
+    scope: str = Field(min_length=1, max_length=200)
+    reason: str = Field(min_length=1, max_length=2000)
+    ttl_s: float = Field(default=3600.0, gt=0, le=4 * 3600)
 
 
 class Who(BaseModel):
@@ -492,6 +501,30 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
                  "reaped_at_s": g.reaped_at_s}
                 for g in breakglass.list(session=s, incident_id=incident_id)
             ]  # fmt: skip
+
+    @app.post(
+        "/api/v1/incidents/{incident_id}/breakglass",
+        response_model=BreakGlassRead,
+        status_code=201,
+        tags=["break-glass"],
+    )
+    def request_breakglass(incident_id: str, body: BreakGlassBody, p: Decider) -> BreakGlassRead:
+        return service.breakglass_request(
+            incident_id,
+            person=p.person,
+            identity=body.identity,
+            scope=body.scope,
+            reason=body.reason,
+            ttl_s=body.ttl_s,
+        )
+
+    @app.post(
+        "/api/v1/breakglass/{request_id}/approve",
+        response_model=BreakGlassRead,
+        tags=["break-glass"],
+    )
+    def approve_breakglass(request_id: str, p: Decider) -> BreakGlassRead:
+        return service.breakglass_approve(request_id, person=p.person, roles=p.roles)
 
     @app.get("/api/v1/incidents/{incident_id}/postmortem", tags=["postmortems"])
     def get_postmortem(incident_id: str, _: Reader) -> dict[str, Any]:
