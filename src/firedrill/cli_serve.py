@@ -47,6 +47,10 @@ def serve(
     fleet_token_file: Annotated[
         Path | None, typer.Option(help="Bearer token of the fleet control endpoint.")
     ] = None,
+    alertmanager: Annotated[
+        str | None,
+        typer.Option(help="Alertmanager URL: on start, catch up with the alerts firing there."),
+    ] = None,
     policy: Annotated[
         Path | None, typer.Option(help="Responder policy (YAML); advise mode unless it says.")
     ] = None,
@@ -69,6 +73,7 @@ def serve(
     """Receive Alertmanager webhooks, open incidents, propose levers; pull them on approval."""
     import uvicorn
 
+    from firedrill.adapters.alertmanager import AlertmanagerClient
     from firedrill.adapters.clock import WallClock
     from firedrill.adapters.prometheus import PrometheusSignals
     from firedrill.adapters.remote_twin import RemoteTwin, load_token
@@ -110,6 +115,7 @@ def serve(
             # wall-clock windows then serve verification only
             signals=twin if twin is not None else prom,
             probe_factory=probe_factory,
+            alertmanager=AlertmanagerClient(alertmanager) if alertmanager else None,
         )
         app = create_app(
             WebSettings(

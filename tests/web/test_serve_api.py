@@ -351,3 +351,34 @@ def test_break_glass_needs_two_people_other_than_the_requester(store: Store) -> 
         grants = client.get(url, headers=auth("bob-token")).json()
         assert [g["approved_by"] for g in grants] == [["ian", "sara"]]
         assert grants[0]["requested_by"] == "alice"
+
+
+def test_on_start_it_catches_up_with_what_alertmanager_holds(
+    store: Store, alertmanager: str
+) -> None:
+    import httpx
+
+    from firedrill.adapters.alertmanager import AlertmanagerClient
+
+    held = [
+        {"labels": {"alertname": "CellTTFTBurnFast", "cell": "use1-b", "severity": "page"}},
+        {"labels": {"alertname": "NoCellHere", "severity": "ticket"}},  # skipped: no cell
+    ]
+    assert httpx.post(f"{alertmanager}/api/v2/alerts", json=held, timeout=5).status_code == 200
+    am = AlertmanagerClient(alertmanager)
+    from tests.adapters.test_twin_serve import wait_for
+
+    wait_for("Alertmanager to hold both", lambda: len(am.alerts()) == 2)
+    service = IncidentService(store, clock=FixedClock(), alertmanager=am)
+    with TestClient(create_app(WebSettings(tokens=tokens(), tick_s=0), service)) as client:
+        (inc,) = client.get("/api/v1/incidents", headers=auth("bob-token")).json()
+        assert inc["cell"] == "use1-b"
+        assert inc["firing_alerts"] == 1
+        # the webhook delivering the same alert later is a duplicate
+        (a,) = [x for x in am.alerts() if x.label("cell") == "use1-b"]
+        again = alert(
+            "use1-b", "CellTTFTBurnFast", fp=a.fingerprint, starts=a.starts_at.isoformat()
+        )
+        again["labels"] = dict(a.labels)
+        r = client.post("/api/v1/alerts/webhook", json=payload(again), headers=auth("am-token"))
+        assert r.json()["duplicates"] == 1

@@ -26,11 +26,12 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final, Literal, Protocol, cast
 
 from pydantic import BaseModel
 
-from firedrill.app.webhook import WebhookAlert, WebhookPayload
+from firedrill.app.webhook import MAX_ALERTS, WebhookAlert, WebhookPayload
 from firedrill.detect.notify import Notification
 from firedrill.detect.rules import sli_error_expr
 from firedrill.detect.slo import SloSpec
@@ -133,6 +134,25 @@ class SloBurnProbe:
 
     def firing(self) -> Collection[Labels]:
         return self._firing()
+
+
+class HeldAlert(Protocol):
+    """An alert as Alertmanager holds it (``adapters.alertmanager.AmAlert``)."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def labels(self) -> Labels: ...
+
+    @property
+    def starts_at(self) -> datetime: ...
+
+
+class AlertSource(Protocol):
+    """Where the alerts firing now can be read (``adapters.alertmanager.AlertmanagerClient``)."""
+
+    def alerts(self) -> Sequence[HeldAlert]: ...
 
 
 # --- what the API shows ------------------------------------------------------------------------
@@ -302,6 +322,7 @@ class IncidentService:
         probe_factory: Callable[[Callable[[], Collection[Labels]]], Any] | None = None,
         on_event: EventSink | None = None,
         runbooks: Mapping[SymptomKind, Runbook] | None = None,
+        alertmanager: AlertSource | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -312,6 +333,7 @@ class IncidentService:
         self.lock = threading.RLock()
         self._probe_factory = probe_factory
         self._runbooks = runbooks
+        self.alertmanager = alertmanager
         self._now_s = float("-inf")
         self.ready = False
         self._reset()
@@ -357,11 +379,55 @@ class IncidentService:
         return now
 
     def start(self) -> None:
-        """Adopt the store's unresolved incidents, then accept alerts."""
+        """Adopt the store's unresolved incidents, catch up with Alertmanager, accept alerts."""
         with self.lock:
             self._reset()
             self._restore()
             self.ready = True
+        if self.alertmanager is not None:
+            try:
+                self.catch_up()
+            except FiredrillError as exc:  # Alertmanager re-sends what it holds anyway
+                log.warning("cannot catch up with Alertmanager: %s", exc)
+
+    def catch_up(self) -> IngestResult | None:
+        """Ingest the alerts Alertmanager holds firing now (those missed while this service was
+        down; the ones already kept are duplicates). Alerts without a cell are skipped."""
+        assert self.alertmanager is not None
+        held = []
+        for a in self.alertmanager.alerts():
+            try:
+                held.append(
+                    WebhookAlert(
+                        status="firing",
+                        labels=dict(a.labels),
+                        startsAt=a.starts_at,
+                        fingerprint=a.fingerprint,
+                    )
+                )
+            except ValueError as exc:
+                log.info("not caught up: alert %s: %s", a.fingerprint, exc)
+        if not held:
+            return None
+        results = [
+            self.ingest(
+                WebhookPayload(
+                    version="4",
+                    status="firing",
+                    receiver="alertmanager-catch-up",
+                    alerts=held[i : i + MAX_ALERTS],
+                )
+            )
+            for i in range(0, len(held), MAX_ALERTS)
+        ]
+        return IngestResult(
+            received=sum(r.received for r in results),
+            new=sum(r.new for r in results),
+            duplicates=sum(r.duplicates for r in results),
+            opened=[x for r in results for x in r.opened],
+            joined=[x for r in results for x in r.joined],
+            resolved=[x for r in results for x in r.resolved],
+        )
 
     def _restore(self) -> None:
         with self.store.session() as s:
