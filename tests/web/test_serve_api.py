@@ -382,3 +382,34 @@ def test_on_start_it_catches_up_with_what_alertmanager_holds(
         again["labels"] = dict(a.labels)
         r = client.post("/api/v1/alerts/webhook", json=payload(again), headers=auth("am-token"))
         assert r.json()["duplicates"] == 1
+
+
+def test_comms_handoffs_postmortems_drills_and_the_ladder_for_a_ui(api: Any) -> None:
+    client, _ = api
+    client.post("/api/v1/alerts/webhook", json=payload(alert("use1-a")), headers=auth("am-token"))
+    (inc,) = client.get("/api/v1/incidents", headers=auth("bob-token")).json()
+    base = f"/api/v1/incidents/{inc['id']}"
+    update = {"channel": "status_page", "text": "Investigating elevated errors for chat."}
+    assert client.post(f"{base}/comms", json=update, headers=auth("alice-token")).status_code == 403
+    posted = client.post(f"{base}/comms", json=update, headers=auth("bob-token"))
+    assert posted.status_code == 201, posted.text
+    assert [
+        c["text"] for c in client.get(f"{base}/comms", headers=auth("viewer-token")).json()
+    ] == [update["text"]]
+    handoff = {"role": "incident_commander", "to_person": "Dana", "open_threads": ["drain use1-a"]}
+    made = client.post(f"{base}/handoffs", json=handoff, headers=auth("bob-token"))
+    assert made.status_code == 201, made.text
+    assert "Dana" in made.json()["text"]
+    assert (
+        client.get(f"{base}/handoffs", headers=auth("bob-token")).json()[0]["to_person"] == "Dana"
+    )
+    assert client.get(f"{base}/postmortem", headers=auth("bob-token")).status_code == 404
+    assert (
+        client.get("/api/v1/incidents/INC-9999/comms", headers=auth("bob-token")).status_code == 404
+    )
+    assert client.get("/api/v1/drills", headers=auth("bob-token")).json() == []
+    assert client.get("/api/v1/ladder", headers=auth("bob-token")).json() == []
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/api/v1/alerts/webhook", "/api/v1/levers/{lever_id}/approve", "/api/v1/events"} <= set(
+        paths
+    )

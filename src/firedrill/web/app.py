@@ -29,6 +29,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
@@ -42,7 +43,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from firedrill import __version__
@@ -58,7 +59,7 @@ from firedrill.app.serve import (
 )
 from firedrill.app.webhook import WebhookPayload
 from firedrill.errors import FiredrillError, StoreError
-from firedrill.store import breakglass, comms, drills, postmortems, roles
+from firedrill.store import breakglass, comms, drills, incidents, postmortems, roles
 from firedrill.store.ladder import runs as ladder_runs
 from firedrill.web.auth import Principal, Tokens
 from firedrill.web.events import EventHub
@@ -207,6 +208,79 @@ class BreakGlassBody(BaseModel):
     scope: str = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=2000)
     ttl_s: float = Field(default=3600.0, gt=0, le=4 * 3600)
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class CommsRead(_Row):
+    id: int
+    channel: str
+    text: str
+    at_s: float
+    due_s: float | None
+
+
+class HandoffRead(_Row):
+    id: int
+    role: str
+    from_person: str | None
+    to_person: str
+    at_s: float
+    next_update_s: float
+    open_threads: list[str]
+    text: str
+
+
+class GrantRead(_Row):
+    id: int
+    identity: str
+    scope: str
+    requested_by: str
+    approved_by: list[str]
+    granted_at_s: float
+    expires_at_s: float
+    reaped_at_s: float | None
+
+
+class ActionItemRead(_Row):
+    kind: str
+    text: str
+    owner: str
+
+
+class PostmortemRead(_Row):
+    id: int
+    ttd_s: float
+    ttm_s: float
+    ttr_s: float
+    gpu_hours_lost: float
+    requests_failed: int
+    tokens_refunded: int
+    root_cause_class: str
+    text: str
+    action_items: list[ActionItemRead]
+
+
+class DrillRead(_Row):
+    id: int
+    name: str
+    rung: int
+    model: str
+    verdict: str
+    run_by: str
+    at_s: float
+    started_at: str | None
+
+
+class LadderRead(_Row):
+    drill: str
+    model: str
+    rung: int
+    verdict: str
+    run_by: str
+    started_at: datetime
 
 
 class Who(BaseModel):
@@ -441,17 +515,23 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
 
     # --- comms, handoffs, break-glass, postmortems ------------------------------------------
 
-    @app.get("/api/v1/incidents/{incident_id}/comms", tags=["comms"])
-    def get_comms(incident_id: str, _: Reader) -> list[dict[str, Any]]:
+    @app.get(
+        "/api/v1/incidents/{incident_id}/comms", response_model=list[CommsRead], tags=["comms"]
+    )
+    def get_comms(incident_id: str, _: Reader) -> list[CommsRead]:
         with service.store.session() as s:
+            incidents.require(session=s, incident_id=incident_id)
             return [
-                {"id": c.id, "channel": c.channel.value, "text": c.text, "at_s": c.at_s,
-                 "due_s": c.due_s}
-                for c in comms.list(session=s, incident_id=incident_id)
-            ]  # fmt: skip
+                CommsRead.model_validate(c) for c in comms.list(session=s, incident_id=incident_id)
+            ]
 
-    @app.post("/api/v1/incidents/{incident_id}/comms", status_code=201, tags=["comms"])
-    def post_comms(incident_id: str, body: CommsBody, p: Decider) -> dict[str, Any]:
+    @app.post(
+        "/api/v1/incidents/{incident_id}/comms",
+        response_model=CommsRead,
+        status_code=201,
+        tags=["comms"],
+    )
+    def post_comms(incident_id: str, body: CommsBody, p: Decider) -> CommsRead:
         if not p.roles & {"comms_lead", "incident_commander"}:
             raise HTTPException(403, "comms are posted by the comms lead or the commander")
         now = service.clock.now_s()
@@ -460,21 +540,30 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
                 session=s, incident_id=incident_id, channel=body.channel, text=body.text, at_s=now
             )
             s.flush()
-            out = {"id": row.id, "channel": body.channel, "at_s": now}
+            out = CommsRead.model_validate(row)
         hub.publish("comms", incident_id, {"at_s": now, "by": p.person})
         return out
 
-    @app.get("/api/v1/incidents/{incident_id}/handoffs", tags=["handoffs"])
-    def get_handoffs(incident_id: str, _: Reader) -> list[dict[str, Any]]:
+    @app.get(
+        "/api/v1/incidents/{incident_id}/handoffs",
+        response_model=list[HandoffRead],
+        tags=["handoffs"],
+    )
+    def get_handoffs(incident_id: str, _: Reader) -> list[HandoffRead]:
         with service.store.session() as s:
+            incidents.require(session=s, incident_id=incident_id)
             return [
-                {"id": h.id, "role": h.role.value, "from": h.from_person, "to": h.to_person,
-                 "at_s": h.at_s, "text": h.text, "open_threads": list(h.open_threads)}
+                HandoffRead.model_validate(h)
                 for h in roles.handoffs(session=s, incident_id=incident_id)
-            ]  # fmt: skip
+            ]
 
-    @app.post("/api/v1/incidents/{incident_id}/handoffs", status_code=201, tags=["handoffs"])
-    def post_handoff(incident_id: str, body: HandoffBody, p: Decider) -> dict[str, Any]:
+    @app.post(
+        "/api/v1/incidents/{incident_id}/handoffs",
+        response_model=HandoffRead,
+        status_code=201,
+        tags=["handoffs"],
+    )
+    def post_handoff(incident_id: str, body: HandoffBody, p: Decider) -> HandoffRead:
         now = service.clock.now_s()
         with service.store.session() as s:
             h = roles.handoff(
@@ -487,20 +576,22 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
                 next_update_s=now + body.next_update_in_s,
             )
             s.flush()
-            out = {"id": h.id, "text": h.text, "by": p.person}
-        hub.publish("timeline", incident_id, {"handoff": out["id"]})
+            out = HandoffRead.model_validate(h)
+        hub.publish("timeline", incident_id, {"handoff": out.id, "by": p.person})
         return out
 
-    @app.get("/api/v1/incidents/{incident_id}/breakglass", tags=["break-glass"])
-    def get_breakglass(incident_id: str, _: Reader) -> list[dict[str, Any]]:
+    @app.get(
+        "/api/v1/incidents/{incident_id}/breakglass",
+        response_model=list[GrantRead],
+        tags=["break-glass"],
+    )
+    def get_breakglass(incident_id: str, _: Reader) -> list[GrantRead]:
         with service.store.session() as s:
+            incidents.require(session=s, incident_id=incident_id)
             return [
-                {"id": g.id, "identity": g.identity, "scope": g.scope,
-                 "requested_by": g.requested_by, "approved_by": list(g.approved_by),
-                 "granted_at_s": g.granted_at_s, "expires_at_s": g.expires_at_s,
-                 "reaped_at_s": g.reaped_at_s}
+                GrantRead.model_validate(g)
                 for g in breakglass.list(session=s, incident_id=incident_id)
-            ]  # fmt: skip
+            ]
 
     @app.post(
         "/api/v1/incidents/{incident_id}/breakglass",
@@ -526,46 +617,43 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
     def approve_breakglass(request_id: str, p: Decider) -> BreakGlassRead:
         return service.breakglass_approve(request_id, person=p.person, roles=p.roles)
 
-    @app.get("/api/v1/incidents/{incident_id}/postmortem", tags=["postmortems"])
-    def get_postmortem(incident_id: str, _: Reader) -> dict[str, Any]:
+    @app.get(
+        "/api/v1/incidents/{incident_id}/postmortem",
+        response_model=PostmortemRead,
+        tags=["postmortems"],
+    )
+    def get_postmortem(incident_id: str, _: Reader) -> PostmortemRead:
         with service.store.session() as s:
             pm = postmortems.get(session=s, incident_id=incident_id)
             if pm is None:
                 raise HTTPException(404, f"{incident_id} has no postmortem")
-            return {
-                "id": pm.id, "ttd_s": pm.ttd_s, "ttm_s": pm.ttm_s, "ttr_s": pm.ttr_s,
-                "gpu_hours_lost": pm.gpu_hours_lost, "requests_failed": pm.requests_failed,
-                "root_cause_class": pm.root_cause_class, "text": pm.text,
-                "action_items": [
-                    {"kind": a.kind.value, "text": a.text, "owner": a.owner}
-                    for a in postmortems.action_items(session=s, postmortem_id=pm.id)
-                ],
-            }  # fmt: skip
+            items = postmortems.action_items(session=s, postmortem_id=pm.id)
+            return PostmortemRead.model_validate(
+                {
+                    **{
+                        k: getattr(pm, k)
+                        for k in PostmortemRead.model_fields
+                        if k != "action_items"
+                    },
+                    "action_items": [ActionItemRead.model_validate(a) for a in items],
+                }
+            )
 
     # --- drills and the ladder ---------------------------------------------------------------
 
-    @app.get("/api/v1/drills", tags=["drills"])
+    @app.get("/api/v1/drills", response_model=list[DrillRead], tags=["drills"])
     def get_drills(
         _: Reader, model: Annotated[str | None, Query(max_length=200)] = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[DrillRead]:
         with service.store.session() as s:
-            return [
-                {"id": d.id, "name": d.name, "rung": d.rung, "model": d.model,
-                 "verdict": d.verdict.value, "run_by": d.run_by, "at_s": d.at_s,
-                 "started_at": d.started_at}
-                for d in drills.list(session=s, model=model)
-            ]  # fmt: skip
+            return [DrillRead.model_validate(d) for d in drills.list(session=s, model=model)]
 
-    @app.get("/api/v1/ladder", tags=["drills"])
+    @app.get("/api/v1/ladder", response_model=list[LadderRead], tags=["drills"])
     def get_ladder(
         _: Reader, model: Annotated[str | None, Query(max_length=200)] = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[LadderRead]:
         with service.store.session() as s:
-            return [
-                {"drill": r.drill, "model": r.model, "rung": r.rung, "verdict": r.verdict,
-                 "run_by": r.run_by, "started_at": r.started_at.isoformat()}
-                for r in ladder_runs(session=s, model=model)
-            ]  # fmt: skip
+            return [LadderRead.model_validate(r) for r in ladder_runs(session=s, model=model)]
 
     # --- events ----------------------------------------------------------------------------
 
