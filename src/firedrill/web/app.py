@@ -26,7 +26,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -182,6 +182,34 @@ class _Metrics:
         self.subscribers = Gauge(
             "firedrill_serve_event_subscribers", "Open server-sent event streams", registry=r
         )
+
+
+class _Measure:
+    """Pure ASGI middleware: request count and latency per route (no extra task per request)."""
+
+    def __init__(self, app: ASGIApp, *, metrics: _Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", "other")
+            self.metrics.latency.labels(route).observe(time.perf_counter() - start)
+            self.metrics.requests.labels(route, str(status)).inc()
 
 
 # --- request and answer bodies ---------------------------------------------------------------
@@ -340,17 +368,7 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
     )
     app.add_middleware(_Limits, max_body=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
 
-    @app.middleware("http")
-    async def _measure(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        name = getattr(route, "path", "other")
-        metrics.latency.labels(name).observe(time.perf_counter() - start)
-        metrics.requests.labels(name, str(response.status_code)).inc()
-        return response
+    app.add_middleware(_Measure, metrics=metrics)
 
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, exc: ServeError) -> JSONResponse:
