@@ -413,3 +413,22 @@ def test_comms_handoffs_postmortems_drills_and_the_ladder_for_a_ui(api: Any) -> 
     assert {"/api/v1/alerts/webhook", "/api/v1/levers/{lever_id}/approve", "/api/v1/events"} <= set(
         paths
     )
+
+
+def test_serve_refuses_a_bad_tokens_file_before_it_listens(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from firedrill.cli import app
+
+    runner = CliRunner()
+    missing = runner.invoke(app, ["serve", "--tokens", str(tmp_path / "none.yml")])
+    assert missing.exit_code == 4
+    assert "cannot read the tokens file" in missing.output
+    bad = tmp_path / "tokens.yml"
+    bad.write_text("tokens:\n  - {sha256: " + "a" * 64 + ", person: Al, roles: [root]}\n")
+    refused = runner.invoke(
+        app, ["serve", "--tokens", str(bad), "--db", f"sqlite:///{tmp_path / 's.db'}"]
+    )
+    assert refused.exit_code == 4
+    assert "tokens.0.roles" in refused.output
+    assert "unknown role" in refused.output
