@@ -1229,7 +1229,9 @@ class IncidentService:
     ) -> list[IncidentRead]:
         with self.store.session() as s:
             rows = incidents.list(session=s, status=status, cell=cell)
-        out = [self._incident_read(r) for r in rows]
+        with self.lock:
+            followed = self._followed()
+        out = [self._incident_read(r, followed) for r in rows]
         if region is not None:
             out = [i for i in out if i.region == region]
         if sev is not None:
@@ -1237,17 +1239,21 @@ class IncidentService:
         out.reverse()  # newest first
         return out[offset : offset + limit]
 
-    def _book_of(self, store_id: str) -> BookIncident | None:
+    def _followed(self) -> dict[str, BookIncident]:
+        """The book's incidents by store id."""
+        out: dict[str, BookIncident] = {}
         for inc in self.ingestor.book.incidents:
             try:
-                if self.ingestor.store_id(inc.id) == store_id:
-                    return inc
+                out[self.ingestor.store_id(inc.id)] = inc
             except StoreError:
                 continue
-        return None
+        return out
 
-    def _incident_read(self, row: Any) -> IncidentRead:
-        inc = self._book_of(row.id)
+    def _book_of(self, store_id: str) -> BookIncident | None:
+        return self._followed().get(store_id)
+
+    def _incident_read(self, row: Any, followed: Mapping[str, BookIncident]) -> IncidentRead:
+        inc = followed.get(row.id)
         return IncidentRead(
             id=row.id,
             cell=row.cell,
@@ -1276,7 +1282,7 @@ class IncidentService:
         with self.lock:
             with self.store.session() as s:
                 row = incidents.require(session=s, incident_id=incident_id)
-                base = self._incident_read(row)
+                base = self._incident_read(row, self._followed())
                 kept = received.for_incident(s, incident_id)
             inc = self._book_of(incident_id)
             axes: list[AxisRead] = []

@@ -372,7 +372,8 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
 
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, exc: ServeError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+        headers = {"Retry-After": "2"} if exc.status == 503 else None
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(StoreError)
     async def _store_error(_: Request, exc: StoreError) -> JSONResponse:

@@ -64,9 +64,10 @@ class EventHub:
     def _offer(self, key: int, queue: asyncio.Queue[Event | None], event: Event) -> None:
         try:
             queue.put_nowait(event)
-        except asyncio.QueueFull:
+        except asyncio.QueueFull:  # too far behind: end its stream, it reconnects and catches up
             self._subscribers.pop(key, None)
-            queue.put_nowait(None) if not queue.full() else None
+            queue.get_nowait()
+            queue.put_nowait(None)
 
     async def stream(
         self, last_id: int | None, *, incident: str | None = None
