@@ -404,6 +404,31 @@ def test_comms_handoffs_postmortems_drills_and_the_ladder_for_a_ui(api: Any) -> 
         client.get(f"{base}/handoffs", headers=auth("bob-token")).json()[0]["to_person"] == "Dana"
     )
     assert client.get(f"{base}/postmortem", headers=auth("bob-token")).status_code == 404
+    written = {
+        "root_cause_class": "capacity",
+        "text": "use1-a lost its 5xx budget.",
+        "action_items": [{"kind": "game_day_scenario", "text": "drill the drain", "owner": "Dana"}],
+    }
+    early = client.post(f"{base}/postmortem", json=written, headers=auth("bob-token"))
+    assert early.status_code == 409  # not resolved yet
+    gone = payload(alert("use1-a", status="resolved"))
+    client.post("/api/v1/alerts/webhook", json=gone, headers=auth("am-token"))
+    assert (
+        client.post(f"{base}/postmortem", json=written, headers=auth("alice-token")).status_code
+        == 403
+    )
+    pm = client.post(f"{base}/postmortem", json=written, headers=auth("bob-token"))
+    assert pm.status_code == 201, pm.text
+    assert pm.json()["action_items"][0]["text"] == "drill the drain"
+    assert (
+        client.post(f"{base}/postmortem", json=written, headers=auth("bob-token")).status_code
+        == 409
+    )
+    assert client.get(f"{base}/postmortem", headers=auth("viewer-token")).json()["ttr_s"] >= 0
+    no_items = client.post(
+        f"{base}/postmortem", json={**written, "action_items": []}, headers=auth("bob-token")
+    )
+    assert no_items.status_code == 422
     assert (
         client.get("/api/v1/incidents/INC-9999/comms", headers=auth("bob-token")).status_code == 404
     )

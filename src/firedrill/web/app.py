@@ -9,7 +9,7 @@ Routes (all under ``/api/v1`` need a bearer token; see ``web/auth.py``):
 - ``GET  /api/v1/incidents/{id}/timeline``, ``/levers``, ``/alerts``
 - ``POST /api/v1/levers/{id}/approve`` (the last approval pulls it), ``/pull``, ``/undo``
 - ``GET|POST /api/v1/incidents/{id}/comms``, ``GET|POST /api/v1/incidents/{id}/handoffs``
-- ``GET  /api/v1/incidents/{id}/breakglass``, ``/postmortem``; ``POST .../breakglass`` (a
+- ``GET  /api/v1/incidents/{id}/breakglass``, ``GET|POST .../postmortem`` (resolved, by the IC); ``POST .../breakglass`` (a
   request) and ``POST /api/v1/breakglass/{request}/approve`` (two people, not the requester)
 - ``GET  /api/v1/drills``, ``GET /api/v1/ladder``
 - ``GET  /api/v1/events``  server-sent events of incident, timeline and lever changes
@@ -59,7 +59,7 @@ from firedrill.app.serve import (
 )
 from firedrill.app.webhook import WebhookPayload
 from firedrill.errors import FiredrillError, StoreError
-from firedrill.store import breakglass, comms, drills, incidents, postmortems, roles
+from firedrill.store import audit, breakglass, comms, drills, incidents, postmortems, roles
 from firedrill.store.ladder import runs as ladder_runs
 from firedrill.web.auth import Principal, Tokens
 from firedrill.web.events import EventHub
@@ -309,6 +309,24 @@ class LadderRead(_Row):
     verdict: str
     run_by: str
     started_at: datetime
+
+
+class ActionItemBody(BaseModel):
+    kind: str = Field(pattern="^(alert|runbook_step|automation_guardrail|game_day_scenario)$")
+    text: str = Field(min_length=1, max_length=2000)
+    owner: str = Field(min_length=1, max_length=200)
+
+
+class PostmortemBody(BaseModel):
+    """What people write; the times come from the incident (``ttd_s``: impact before it opened)."""
+
+    root_cause_class: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1, max_length=100_000)
+    ttd_s: float = Field(default=0.0, ge=0, le=30 * 86400)
+    gpu_hours_lost: float = Field(default=0.0, ge=0, le=1e9)
+    requests_failed: int = Field(default=0, ge=0, le=10**15)
+    tokens_refunded: int = Field(default=0, ge=0, le=10**18)
+    action_items: list[ActionItemBody] = Field(min_length=1, max_length=50)
 
 
 class Who(BaseModel):
@@ -657,6 +675,63 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
                     "action_items": [ActionItemRead.model_validate(a) for a in items],
                 }
             )
+
+    @app.post(
+        "/api/v1/incidents/{incident_id}/postmortem",
+        response_model=PostmortemRead,
+        status_code=201,
+        tags=["postmortems"],
+    )
+    def post_postmortem(incident_id: str, body: PostmortemBody, p: Decider) -> PostmortemRead:
+        if "incident_commander" not in p.roles:
+            raise HTTPException(403, "the incident commander writes the postmortem")
+        with service.store.session() as s:
+            row = incidents.require(session=s, incident_id=incident_id)
+            if row.resolved_at_s is None:
+                raise HTTPException(409, f"{incident_id} is not resolved: no postmortem yet")
+            if postmortems.get(session=s, incident_id=incident_id) is not None:
+                raise HTTPException(409, f"{incident_id} has its postmortem already")
+            mitigated = row.mitigated_at_s if row.mitigated_at_s is not None else row.resolved_at_s
+            pm = postmortems.create(
+                session=s,
+                incident_id=incident_id,
+                ttd_s=body.ttd_s,
+                ttm_s=body.ttd_s + mitigated - row.opened_at_s,
+                ttr_s=body.ttd_s + row.resolved_at_s - row.opened_at_s,
+                gpu_hours_lost=body.gpu_hours_lost,
+                requests_failed=body.requests_failed,
+                tokens_refunded=body.tokens_refunded,
+                root_cause_class=body.root_cause_class,
+                text=body.text,
+            )
+            s.flush()
+            items = [
+                postmortems.add_action_item(
+                    session=s, postmortem_id=pm.id, kind=a.kind, text=a.text, owner=a.owner
+                )
+                for a in body.action_items
+            ]
+            audit.append(
+                s,
+                actor=p.person,
+                action="postmortem.write",
+                subject=incident_id,
+                data={"postmortem_id": pm.id, "action_items": len(items)},
+                at_s=service.clock.now_s(),
+            )
+            s.flush()
+            out = PostmortemRead.model_validate(
+                {
+                    **{
+                        k: getattr(pm, k)
+                        for k in PostmortemRead.model_fields
+                        if k != "action_items"
+                    },
+                    "action_items": [ActionItemRead.model_validate(a) for a in items],
+                }
+            )
+        hub.publish("timeline", incident_id, {"postmortem": out.id})
+        return out
 
     # --- drills and the ladder ---------------------------------------------------------------
 
