@@ -9,8 +9,9 @@ Routes (all under ``/api/v1`` need a bearer token; see ``web/auth.py``):
 - ``GET  /api/v1/incidents/{id}/timeline``, ``/levers``, ``/alerts``
 - ``POST /api/v1/levers/{id}/approve`` (the last approval pulls it), ``/pull``, ``/undo``
 - ``GET|POST /api/v1/incidents/{id}/comms``, ``GET|POST /api/v1/incidents/{id}/handoffs``
-- ``GET  /api/v1/incidents/{id}/breakglass``, ``GET|POST .../postmortem`` (resolved, by the IC); ``POST .../breakglass`` (a
-  request) and ``POST /api/v1/breakglass/{request}/approve`` (two people, not the requester)
+- ``GET|POST /api/v1/incidents/{id}/postmortem`` (written once resolved, by the IC)
+- ``GET  /api/v1/incidents/{id}/breakglass``; ``POST .../breakglass`` (a request) and
+  ``POST /api/v1/breakglass/{request}/approve`` (two people, not the requester)
 - ``GET  /api/v1/drills``, ``GET /api/v1/ladder``
 - ``GET  /api/v1/events``  server-sent events of incident, timeline and lever changes
 - ``GET  /api/v1/whoami``; ``GET /metrics`` (role ``metrics`` or any reader);
