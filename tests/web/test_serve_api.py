@@ -457,3 +457,34 @@ def test_serve_refuses_a_bad_tokens_file_before_it_listens(tmp_path: Any) -> Non
     assert refused.exit_code == 4
     assert "tokens.0.roles" in refused.output
     assert "unknown role" in refused.output
+
+
+def test_a_write_that_fails_half_way_stores_nothing_and_the_retry_lands_once(
+    api: Any, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firedrill.errors import StoreError
+
+    client, _ = api
+    real = received.record_many
+    calls: list[int] = []
+
+    def flaky(session: Any, rows: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreError("disk full")
+        real(session, rows)
+
+    monkeypatch.setattr(received, "record_many", flaky)
+    before = snapshot(store)
+    first = client.post(
+        "/api/v1/alerts/webhook", json=payload(alert("use1-a")), headers=auth("am-token")
+    )
+    assert first.status_code == 503
+    assert first.headers["Retry-After"]
+    assert snapshot(store) == before  # the incident it opened in that transaction is gone too
+    again = client.post(
+        "/api/v1/alerts/webhook", json=payload(alert("use1-a")), headers=auth("am-token")
+    )
+    assert again.status_code == 200, again.text
+    assert again.json()["new"] == 1
+    assert len(client.get("/api/v1/incidents", headers=auth("bob-token")).json()) == 1

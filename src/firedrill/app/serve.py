@@ -336,6 +336,7 @@ class IncidentService:
         self.alertmanager = alertmanager
         self._now_s = float("-inf")
         self.ready = False
+        self._started = False
         self._reset()
 
     # --- state ------------------------------------------------------------------------------
@@ -384,6 +385,7 @@ class IncidentService:
             self._reset()
             self._restore()
             self.ready = True
+            self._started = True
         if self.alertmanager is not None:
             try:
                 self.catch_up()
@@ -484,8 +486,10 @@ class IncidentService:
         resolved: list[str] = []
         events: list[tuple[EventType, str | None, dict[str, Any]]] = []
         with self.lock:
+            if not self.ready and self._started:
+                self._recover()  # a write failed earlier and the store was unreachable then
             if not self.ready:
-                raise ServeError("starting: open incidents are being restored", status=503)
+                raise ServeError("not ready: open incidents are being restored", status=503)
             now = self._now()
             with self.store.session() as s:
                 known = received.seen(s, (a.key for a in payload.alerts))
