@@ -385,6 +385,13 @@ def test_a_drained_neighbour_pages_one_cell_and_the_approved_lever_stops_the_bur
     assert "verified" in kinds
     # still one incident: no other cell got anything
     assert [i["cell"] for i in live.incidents()] == ["usw2-b"]
+    status = live.api("GET", "/api/v1/status").json()
+    assert {d["name"]: d["state"] for d in status["dependencies"]} == {
+        "fleet": "ok",
+        "prometheus": "ok",
+        "alertmanager": "not configured",
+    }
+    assert status["mode"] == "advise"
     print(f"end-to-end run: {time.monotonic() - started:.1f} s after the chain was up")
 
 

@@ -167,6 +167,14 @@ def test_every_call_is_authenticated_and_roles_are_enforced(api: Any) -> None:
         "firedrill_serve_http_requests" in client.get("/metrics", headers=auth("viewer-token")).text
     )
     assert client.get("/openapi.json").status_code == 200
+    status = client.get("/api/v1/status", headers=auth("viewer-token")).json()
+    assert status["mode"] == "advise"
+    assert status["ready"] is True
+    assert {d["name"]: d["state"] for d in status["dependencies"]} == {
+        "fleet": "not configured",
+        "prometheus": "not configured",
+        "alertmanager": "not configured",
+    }
 
 
 def test_body_size_is_limited(store: Store) -> None:

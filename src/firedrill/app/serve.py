@@ -248,6 +248,21 @@ class BreakGlassRead(BaseModel):
     expires_at_s: float | None = None
 
 
+class Dependency(BaseModel):
+    name: str
+    state: Literal["ok", "down", "not configured"]
+    detail: str = ""
+
+
+class StatusRead(BaseModel):
+    mode: str
+    ready: bool
+    open_incidents: int
+    pending_verifications: int
+    last_tick_at_s: float | None
+    dependencies: list[Dependency]
+
+
 class IngestResult(BaseModel):
     received: int
     new: int
@@ -337,6 +352,7 @@ class IncidentService:
         self._now_s = float("-inf")
         self.ready = False
         self._started = False
+        self.last_tick_at_s: float | None = None
         self._reset()
 
     # --- state ------------------------------------------------------------------------------
@@ -627,6 +643,7 @@ class IncidentService:
                 return
             now = self._now()
             self.responder.observe(now, [])
+            self.last_tick_at_s = now
             with self.store.session() as s:
                 for inc in self.ingestor.book.incidents:
                     if inc.status == "resolved":
@@ -1159,6 +1176,42 @@ class IncidentService:
         return out
 
     # --- reading --------------------------------------------------------------------------------
+
+    def status(self) -> StatusRead:
+        """What the service runs with and whether what it depends on answers."""
+        deps = [
+            self._probe_dep("fleet", self.fleet, lambda: self.clock.now_s()),
+            self._probe_dep(
+                "prometheus",
+                self.responder.probe if self.responder is not None else None,
+                lambda: self.responder.probe.burn_rate((), 60.0) if self.responder else None,
+            ),
+            self._probe_dep(
+                "alertmanager",
+                self.alertmanager,
+                lambda: self.alertmanager.alerts() if self.alertmanager else None,
+            ),
+        ]
+        with self.lock:
+            open_ = sum(1 for i in self.ingestor.book.incidents if i.status != "resolved")
+            return StatusRead(
+                mode=self.settings.policy.mode,
+                ready=self.ready,
+                open_incidents=open_,
+                pending_verifications=len(self._pending),
+                last_tick_at_s=self.last_tick_at_s,
+                dependencies=deps,
+            )
+
+    @staticmethod
+    def _probe_dep(name: str, configured: object, check: Callable[[], object]) -> Dependency:
+        if configured is None:
+            return Dependency(name=name, state="not configured")
+        try:
+            check()
+        except FiredrillError as exc:
+            return Dependency(name=name, state="down", detail=str(exc)[:300])
+        return Dependency(name=name, state="ok")
 
     def lever(self, journal_id: int) -> LeverRead:
         with self.store.session() as s:

@@ -14,7 +14,8 @@ Routes (all under ``/api/v1`` need a bearer token; see ``web/auth.py``):
   ``POST /api/v1/breakglass/{request}/approve`` (two people, not the requester)
 - ``GET  /api/v1/drills``, ``GET /api/v1/ladder``
 - ``GET  /api/v1/events``  server-sent events of incident, timeline and lever changes
-- ``GET  /api/v1/whoami``; ``GET /metrics`` (role ``metrics`` or any reader);
+- ``GET  /api/v1/status`` (mode, open incidents, last evaluation, dependencies up or down);
+  ``GET  /api/v1/whoami``; ``GET /metrics`` (role ``metrics`` or any reader);
   ``GET /healthz`` and ``/readyz`` (no token: they reveal nothing)
 
 Limits: request bodies over ``max_body_bytes`` get 413; a client that takes longer than
@@ -56,6 +57,7 @@ from firedrill.app.serve import (
     IngestResult,
     LeverRead,
     ServeError,
+    StatusRead,
     TimelineRead,
 )
 from firedrill.app.webhook import WebhookPayload
@@ -454,6 +456,10 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
             raise HTTPException(403, f"{p.person} may not scrape metrics")
         metrics.subscribers.set(hub.subscribers)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/status", response_model=StatusRead, tags=["probes"])
+    def status(_: Reader) -> StatusRead:
+        return service.status()
 
     @app.get("/api/v1/whoami", response_model=Who, tags=["auth"])
     def whoami(p: Caller) -> Who:
