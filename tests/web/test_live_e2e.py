@@ -317,6 +317,7 @@ def live(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[Live]:
             chain.stop()
 
 
+@pytest.mark.slow
 def test_a_drained_neighbour_pages_one_cell_and_the_approved_lever_stops_the_burn(
     live: Live,
 ) -> None:
