@@ -66,3 +66,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
+
+## bench-webhook: webhook ingestion through the real HTTP stack (firedrill serve on loopback)
+bench-webhook: $(STAMP)
+	PATH=$(BIN):$$PATH $(BIN)/python benchmarks/webhook_bench.py --batch 50 --seconds 5

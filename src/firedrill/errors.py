@@ -8,7 +8,10 @@
     ├── StoreError             the store refused a read or write, or cannot be reached
     ├── JournalError           a drill journal cannot be written, or a journal file is corrupt
     ├── UnsafePathError        a file would be written through a link, or with loose modes
-    └── RemoteWorldError       a remote twin refused a request or cannot be reached
+    ├── RemoteWorldError       a remote twin refused a request or cannot be reached
+    └── SignalsError           Prometheus or Alertmanager refused a request or cannot be reached
+        ├── SignalsUnavailable the server cannot be reached, timed out, or answered 5xx
+        └── BadQueryError      the server refused the query or request itself (4xx, bad_data)
 
 Adapters map third-party exceptions onto these and chain them with ``from exc``.
 """
@@ -91,3 +94,24 @@ class RemoteWorldError(FiredrillError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         self.status = status
         super().__init__(message)
+
+
+class SignalsError(FiredrillError):
+    """Prometheus or Alertmanager refused a request, or cannot be reached.
+
+    ``url`` names the server; ``status`` is the HTTP status when it answered (``None`` when it
+    could not be reached).
+    """
+
+    def __init__(self, message: str, *, url: str, status: int | None = None) -> None:
+        self.url = url
+        self.status = status
+        super().__init__(message)
+
+
+class SignalsUnavailable(SignalsError):
+    """The server is down, timed out or answered 5xx even after retries: try again later."""
+
+
+class BadQueryError(SignalsError):
+    """The server refused the request itself (a bad query, 4xx): retrying will not help."""

@@ -41,7 +41,7 @@ simulated seconds and only moves forward.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -400,6 +400,59 @@ class IncidentBook:
             )
         )
         return True
+
+    def adopt(
+        self,
+        incident_id: str,
+        *,
+        kind: IncidentKind,
+        cell: str,
+        region: str,
+        title: str,
+        opened_at_s: float,
+        status: Status,
+        sev: Sev,
+        alerts: Sequence[Labels],
+        firing: Collection[Labels],
+        group_key: tuple[str, ...] = (),
+    ) -> Incident:
+        """Take back an unresolved incident kept elsewhere (a store, after a restart).
+
+        It carries on as if this book had opened it: its cell's (or, for a security incident,
+        its group's) next alerts join it, and its severity starts at ``sev`` and only goes up.
+        """
+        if incident_id in self._incidents:
+            raise OperationError(f"{incident_id} is in the book already")
+        if status == "resolved":
+            raise OperationError(f"{incident_id} is resolved: only an unresolved one is adopted")
+        inc = Incident(
+            id=incident_id,
+            kind=kind,
+            cell=cell,
+            region=region,
+            opened_at_s=opened_at_s,
+            title=title,
+            status=status,
+        )
+        for a in alerts:
+            if a not in inc.seen:
+                inc.alerts.append(a)
+                inc.seen.add(a)
+                inc.tally.add(a, self.paid_products)
+        inc.firing.update(a for a in firing if a in inc.seen)
+        if sev is not Sev.NONE:
+            axes = assess(Impact(), self.matrix).axes
+            floor = _Floor(sev, axes, None, f"restored at {sev}")
+            inc.severity.raise_to(floor, opened_at_s)
+        self._assess(inc, opened_at_s)
+        inc.timeline.clear()  # what it did before is in the store already
+        self._incidents[inc.id] = inc
+        if kind == "security":
+            self._by_group[group_key] = inc.id
+        else:
+            self._by_cell[cell] = inc.id
+        self._now_s = max(self._now_s, opened_at_s)
+        return inc
 
     # --- commands -------------------------------------------------------------------------------
 

@@ -489,6 +489,7 @@ class LeverRecord:
     baseline: float | None = None  # the symptom when it was applied
     key: tuple[object, ...] = ()  # the candidate it came from (kind, target, params)
     shared_from: str | None = None  # another incident applied this very lever
+    lever: Lever | None = None  # the request (None for a refused shortcut)
 
     @property
     def applied(self) -> bool:
@@ -841,6 +842,21 @@ class Responder:
                 out.append(Approver(person, role))
         return tuple(out)
 
+    def roles_needed(self, lever: Lever) -> tuple[Role, ...]:
+        """The roles that must approve ``lever``: its owner, plus the second approver (and the
+        kind's fleet roles) when it edits fleet-wide state."""
+        spec = CATALOGUE[lever.kind]
+        owner_role = self.policy.decides.get(lever.kind)
+        roles: list[Role] = [owner_role] if owner_role else sorted(spec.decided_by)[:1]
+        if lv.scope_of(lever) == "fleet":
+            roles += [self.policy.second_approver, *sorted(spec.fleet_roles)]
+        return tuple(dict.fromkeys(roles))
+
+    def checks(self, incident_id: str, lever: Lever) -> list[GuardResult]:
+        """Run the guards ``lever`` requires for an incident now (a pull re-runs them)."""
+        inc = self.book.get(incident_id)
+        return self._checks(inc, self._states.setdefault(inc.id, _State()), lever)
+
     def _checks(self, inc: Incident, state: _State, lever: Lever) -> list[GuardResult]:
         spec = CATALOGUE[lever.kind]
         checks: list[GuardResult] = []
@@ -891,7 +907,12 @@ class Responder:
             dry_run=True,
         )
         base = LeverRecord(
-            inc.id, vetted, cand.reason, prerequisite=cand.prerequisite, key=_key(lever)
+            inc.id,
+            vetted,
+            cand.reason,
+            prerequisite=cand.prerequisite,
+            key=_key(lever),
+            lever=lever,
         )
         if vetted.status != "proposed":
             return base

@@ -41,19 +41,20 @@ timeline says how much earlier), nor after it resolved.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Final, cast
+from typing import Final, Literal, cast
 
 from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session
 
 from firedrill.detect.notify import Notification
-from firedrill.errors import StoreError
+from firedrill.errors import OperationError, StoreError
 from firedrill.model.series import Labels
-from firedrill.respond.incidents import IncidentBook
+from firedrill.respond.incidents import IncidentBook, IncidentKind
 from firedrill.respond.incidents import TimelineEvent as BookEvent
+from firedrill.respond.severity import Sev
 from firedrill.scenario.result import RespondReport as TypedReport
 from firedrill.store import (
     audit,
@@ -560,6 +561,50 @@ class AlertIngestor:
             joined=tuple(self._mirrors[i].store_id for i in update.joined),
             raised=tuple(self._mirrors[i].store_id for i in update.raised),
         )
+
+    def adopt(
+        self,
+        store_id: str,
+        *,
+        kind: IncidentKind,
+        cell: str,
+        region: str,
+        title: str,
+        opened_at_s: float,
+        status: Literal["open", "mitigated"],
+        sev: int,
+        alerts: Sequence[Labels],
+        firing: Collection[Labels],
+    ) -> str:
+        """Take back an unresolved store incident (after a restart); the book's id for it.
+
+        Nothing is written: the store has the incident already. Its next alerts join it and are
+        written as they arrive.
+        """
+        self._usable()
+        book_id = f"R-{store_id}"
+        group_key: tuple[str, ...] = ()
+        if alerts:
+            first = dict(alerts[0])
+            group_key = tuple(first.get(k, "") for k in self.group_by)
+        try:
+            self.book.adopt(
+                book_id,
+                kind=kind,
+                cell=cell,
+                region=region,
+                title=title,
+                opened_at_s=opened_at_s,
+                status=status,
+                sev=Sev(sev),
+                alerts=alerts,
+                firing=firing,
+                group_key=group_key,
+            )
+        except (OperationError, ValueError) as exc:
+            raise StoreError(f"cannot adopt {store_id}: {exc}") from exc
+        self._mirrors[book_id] = _Mirror(store_id, written=0, sev=sev)
+        return book_id
 
     def mitigate(self, session: Session, store_id: str, at_s: float, *, by: str) -> None:
         """Mark an incident mitigated, in the book and the store."""

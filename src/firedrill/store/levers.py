@@ -54,6 +54,12 @@ def record(
     return row
 
 
+def get(*, session: Session, journal_id: int) -> LeverEntry | None:
+    """One journal entry, or None."""
+    with mapped_errors(f"cannot read lever {journal_id}"):
+        return session.get(LeverEntry, journal_id)
+
+
 def list(  # shadows the builtin on purpose: callers write levers.list(...)
     *, session: Session, incident_id: str, status: LeverStatus | str | None = None
 ) -> Sequence[LeverEntry]:

@@ -32,6 +32,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -373,3 +374,30 @@ class DrillFindingEvent(Base):
         Integer, ForeignKey("drill_results.id"), nullable=True
     )
     note: Mapped[str] = mapped_column(Text)
+
+
+class ReceivedAlert(Base):
+    """One distinct firing or resolution of an alert that Alertmanager's webhook delivered.
+
+    ``(fingerprint, starts_at, status)`` is unique: Alertmanager re-sends a group's alerts on
+    every interval and retries deliveries, and each distinct event is kept once. ``at_s`` is when
+    it arrived on the service's clock; ``incident_id`` the incident it joined (none: it joined
+    nothing, e.g. a resolution of an alert no incident carried).
+    """
+
+    __tablename__ = "received_alerts"
+    __table_args__ = (
+        UniqueConstraint("fingerprint", "starts_at", "status"),
+        one_of("status", ("firing", "resolved")),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(HASH_LEN))
+    starts_at: Mapped[str] = mapped_column(String(ISO_TIME_LEN))
+    status: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    receiver: Mapped[str] = mapped_column(String(NAME_LEN))
+    at_s: Mapped[float] = mapped_column(Float)
+    incident_id: Mapped[str | None] = mapped_column(
+        String(16), ForeignKey("incidents.id"), index=True, nullable=True
+    )
