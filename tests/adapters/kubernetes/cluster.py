@@ -251,3 +251,24 @@ def seed_small(server: FakeApiServer) -> None:
     server.add(jobset("pretrain"))
     server.add(cluster_queue("training"))
     seed_common(server, {"llm-70b": {"use1-a": 100, "use1-b": 100}})
+
+
+def seed_from_fleet(
+    server: FakeApiServer,
+    fleet: Any,
+    jobsets: Sequence[tuple[str, str]] = (),
+    queues: Sequence[str] = (),
+) -> None:
+    """The cluster a fleet (any ``Fleet``: here a twin at t=0) would be: nodes and their pods.
+
+    ``jobsets`` are (name, queue) pairs; ``queues`` the Kueue ClusterQueues.
+    """
+    for v in fleet.node_views():
+        server.add(node(v))
+        for name in fleet.pods_on(v.name):
+            server.add(pod(name, v.name, app="serving", cell=v.cell))
+    for name, queue in jobsets:
+        server.add(jobset(name, queue=queue))
+    for q in queues:
+        server.add(cluster_queue(q))
+    seed_common(server, {})

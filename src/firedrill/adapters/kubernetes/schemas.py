@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import kubernetes_validate
 import yaml
+from kubernetes_validate import utils as kv
+from referencing import Registry, Resource
 
 __all__ = ["SchemaValidator", "crd_directory"]
 
@@ -69,6 +70,23 @@ def _strict(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_strict(v) for v in schema]
     return schema
+
+
+@cache
+def _core_validator(kind: str, api_version: str) -> jsonschema.Draft202012Validator | None:
+    """kubernetes-validate's strict schema for a core kind, compiled once (its own ``validate``
+    reads the definitions file on every call)."""
+    version = [v for v in kv.all_versions() if kv.major_minor(v) <= KUBERNETES_VERSION][-1]
+    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    folder = f"kubernetes-json-schema/v{version}-local-strict"
+    try:
+        schema = kv.schema_contents(f"{folder}/{kind.lower()}-{api}.json", KUBERNETES_VERSION)
+    except FileNotFoundError:
+        return None
+    definitions = kv.schema_contents(f"{folder}/_definitions.json", KUBERNETES_VERSION)
+    registry: Any = Resource.from_contents(schema) @ Registry()
+    registry = Resource.from_contents(definitions) @ registry
+    return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
 @cache
@@ -145,14 +163,12 @@ class SchemaValidator:
             errors = sorted(versions[version].iter_errors(body), key=lambda e: list(e.path))
             out = [f"{'.'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors]
             return out + _metadata_problems(obj.get("metadata"))
-        try:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.SchemaNotFoundError:
+        validator = _core_validator(str(kind), str(api_version))
+        if validator is None:
             return [f"{api_version} {kind}: no schema to check it against"]
-        except kubernetes_validate.ValidationError as exc:
-            path = ".".join(str(p) for p in exc.path) or "<root>"
-            return [f"{path}: {exc.message}"]
-        return _metadata_problems(obj.get("metadata"))
+        errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.path))
+        out = [f"{'.'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors]
+        return out + _metadata_problems(obj.get("metadata"))
 
     def check_all(self, objs: Iterable[Obj]) -> list[str]:
         out = []
