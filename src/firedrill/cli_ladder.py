@@ -62,13 +62,17 @@ def recover_leftovers(
     """Recover every unfinished journal; print what was done; ``False`` if anything failed."""
     from firedrill.adapters.remote_twin import RemoteTwin, load_token
     from firedrill.drill.journal import JournalHeader, default_directory
-    from firedrill.drill.recover import recover
+    from firedrill.drill.recover import RevertWorld, recover
 
     out = out or console
     directory = journal_dir or default_directory()
     tokens: dict[str, str] = {}
 
-    def world_for(header: JournalHeader) -> RemoteTwin:
+    def world_for(header: JournalHeader) -> RevertWorld:
+        if (target or header.target).startswith("kubernetes:"):  # a drill conducted on a cluster
+            from firedrill.adapters.kubernetes.conductor import world_for_target
+
+            return world_for_target(target or header.target)
         url = target or header.target
         if "token" not in tokens:
             tokens["token"] = load_token(token_file)
