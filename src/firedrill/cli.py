@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from firedrill import __version__
+from firedrill.cli_controller import register as register_controller
 from firedrill.cli_export_drill import register as register_export_drill
 from firedrill.cli_gameday import register as register_gameday
 from firedrill.cli_incident import incident_app
@@ -51,6 +52,7 @@ app.add_typer(incident_app, name="incident")
 register_security(export_app, audit_app)  # export evidence, audit evidence
 register_gameday(app)  # gameday run, plan, recover, ladder
 register_export_drill(export_app)  # export chaos-mesh, export fis
+register_controller(app)  # controller
 
 console = Console()
 err = Console(stderr=True)
