@@ -58,8 +58,6 @@ def controller(
     once: Annotated[bool, typer.Option("--once", help="One tick, print a summary, exit.")] = False,
 ) -> None:
     """Run the budgeted GPU health controller against a cluster, with leader election."""
-    from lightkube.config.kubeconfig import KubeConfig
-
     from firedrill.adapters.kubernetes.client import connect
     from firedrill.adapters.kubernetes.lease import LeaderElector, LeaseConfig
     from firedrill.adapters.kubernetes.operator import ControllerProcess, ProbeServer
@@ -69,8 +67,7 @@ def controller(
 
     try:
         spec = load_spec(policy, PolicySpec)
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else None
-        conn = connect(config, context=context)
+        conn = connect(kubeconfig, context=context)
     except (FiredrillError, OSError, ValueError) as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx2
 from lightkube import Client
@@ -40,7 +41,7 @@ def replay_config(server: str = "https://apiserver.invalid", token: str = "test"
 
 
 def connect(
-    config: KubeConfig | SingleConfig | None = None,
+    config: KubeConfig | SingleConfig | Path | None = None,
     *,
     context: str | None = None,
     transport: httpx2.BaseTransport | None = None,
@@ -48,9 +49,12 @@ def connect(
     timeout_s: float = 10.0,
     listener: Callable[[ApiCall], None] | None = None,
 ) -> Connection:
-    """A client on ``config`` (the environment's kubeconfig or service account by default)."""
+    """A client on ``config`` (a kubeconfig file, or the environment's kubeconfig or service
+    account by default)."""
     if config is None:
         config = KubeConfig.from_env()
+    elif isinstance(config, Path):
+        config = KubeConfig.from_file(config)
     single = config.get(context) if isinstance(config, KubeConfig) else config
     if single is None:
         raise ValueError(f"no kubeconfig context {context!r}")
