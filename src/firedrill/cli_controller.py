@@ -1,6 +1,13 @@
-"""``firedrill controller POLICY``: the GPU health controller on a cluster (thin entry point).
+"""``firedrill controller POLICY`` and ``firedrill conduct DRILL``: the cluster's long-running
+GPU health controller and its drill conductor (thin entry points).
 
-``register(app)`` adds the command. It loads the remediation policy, connects to the cluster
+``register(app)`` adds both commands. ``conduct`` creates the drill's Chaos Mesh Workflow through
+the API, evaluates the drill's stop conditions on Prometheus every step (``ALERTS`` for alert
+conditions, the serving series for the rest) and deletes the Workflow when one fires or at the
+cap; ``gameday recover`` finishes what an interrupted conductor left. Like the controller it
+advises (a server-side dry run) unless ``--apply``.
+
+``controller`` It loads the remediation policy, connects to the cluster
 (the pod's service account in a cluster, else the kubeconfig), reads DCGM series from Prometheus,
 elects a leader on a Lease, serves ``/healthz``, ``/readyz`` and ``/metrics``, and ticks every
 evaluation interval until SIGTERM. It advises by default: every write goes out as a server-side
@@ -14,6 +21,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -103,5 +111,105 @@ def controller(
         probes.stop()
 
 
+class _WallClock:
+    """The ``Clock`` port on the wall clock; ``advance`` waits (and ends early on SIGTERM)."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self.start = time.monotonic()
+        self.stopping = stopping
+
+    def now_s(self) -> float:
+        return time.monotonic() - self.start
+
+    def advance(self, seconds: float) -> None:
+        self.stopping.wait(seconds)
+
+
+def conduct(
+    drill: Annotated[Path, typer.Argument(help="Drill spec (YAML).")],
+    prometheus: Annotated[
+        str,
+        typer.Option(envvar="FIREDRILL_PROMETHEUS_URL", help="Prometheus for the stop conditions."),
+    ],
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Create the Workflow for real (default: dry run).")
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig (default: in-cluster).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    chaos_namespace: Annotated[str, typer.Option(help="Namespace of the Workflow.")] = (
+        "chaos-system"
+    ),
+    journal_dir: Annotated[
+        Path | None, typer.Option(help="Drill journals (default: $FIREDRILL_JOURNAL_DIR).")
+    ] = None,
+    step_s: Annotated[float, typer.Option(help="Seconds between stop-condition checks.")] = 15.0,
+    run_by: Annotated[str, typer.Option(envvar="USER", help="Who runs the drill.")] = "unknown",
+) -> None:
+    """Run a drill on the cluster as one Chaos Mesh Workflow, with auto-reverting stops."""
+    from firedrill.adapters.kubernetes.client import connect
+    from firedrill.adapters.kubernetes.conductor import WorkflowConductor
+    from firedrill.adapters.kubernetes.signals import PrometheusSignals
+    from firedrill.drill.journal import default_directory
+    from firedrill.drill.observe import Observer
+    from firedrill.drill.stop import StopConditions
+    from firedrill.export.chaos_mesh import ChaosMeshOptions, chaos_workflow
+    from firedrill.specfile import load_drill
+
+    try:
+        loaded = load_drill(drill)
+        export = chaos_workflow(
+            loaded.spec, loaded.fleet, options=ChaosMeshOptions(chaos_namespace=chaos_namespace)
+        )
+        conn = connect(kubeconfig, context=context)
+    except (FiredrillError, OSError, ValueError) as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_ERROR) from exc
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    clock = _WallClock(stopping)
+    signals = PrometheusSignals(prometheus, now=_now, epoch=_now())
+    observer = Observer(signals, loaded.spec.target.model, [r.name for r in loaded.fleet.regions])
+
+    def firing() -> list[tuple[tuple[str, str], ...]]:
+        _, labels, _values = signals.instant("ALERTS", {"alertstate": "firing"})
+        return list(labels)
+
+    stops = StopConditions(loaded.spec.stop_conditions, observer, signals, clock.now_s, firing)
+
+    def stop(t_s: float) -> str | None:
+        if stopping.is_set():
+            return "SIGTERM"
+        observer.sample(t_s)
+        fired = stops.check(t_s)
+        return None if fired is None else fired.name
+
+    conductor = WorkflowConductor(
+        conn, clock, journal_dir or default_directory(), step_s=step_s, dry_run=not apply
+    )
+    try:
+        result = conductor.run(loaded.spec, export, stop, run_by=run_by)
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_ERROR) from exc
+    typer.echo(
+        json.dumps(
+            {
+                "workflow": f"{result.namespace}/{result.workflow}",
+                "created": result.created,
+                "deleted": result.deleted,
+                "stopped_by": result.stopped_by,
+                "at_s": round(result.at_s, 3),
+                "verdict": result.verdict,
+                "journal": str(result.journal),
+            },
+            sort_keys=True,
+        )
+    )
+    raise typer.Exit(3 if result.stopped_by is not None else 0)
+
+
 def register(app: typer.Typer) -> None:
     app.command("controller")(controller)
+    app.command("conduct")(conduct)

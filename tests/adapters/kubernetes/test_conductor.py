@@ -183,3 +183,54 @@ def test_an_unreachable_cluster_leaves_the_journal_open(
     result = runner.invoke(app, ["gameday", "recover", "--journal-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert _workflows(cluster) == []
+
+
+def _replayed_prometheus(monkeypatch: pytest.MonkeyPatch, firing: list[dict[str, str]]) -> None:
+    """``PrometheusSignals`` answering from memory: ``ALERTS`` with ``firing``, nothing else."""
+    import httpx
+
+    from firedrill.adapters.kubernetes import signals as signals_mod
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params.get("query", "")
+        result = []
+        if query.startswith("ALERTS"):
+            result = [{"metric": {"__name__": "ALERTS", **m}, "value": [0, "1"]} for m in firing]
+        data = {"resultType": "vector", "result": result}
+        if request.url.path.endswith("query_range"):
+            data = {"resultType": "matrix", "result": []}
+        return httpx.Response(200, json={"status": "success", "data": data})
+
+    real = signals_mod.PrometheusSignals
+
+    class Replayed(real):  # type: ignore[misc, valid-type]
+        def __init__(self, url: str, **kw: object) -> None:
+            super().__init__(url, transport=httpx.MockTransport(answer), **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(signals_mod, "PrometheusSignals", Replayed)
+
+
+def test_conduct_stops_on_a_prometheus_alert_and_deletes_the_workflow(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firedrill.adapters.kubernetes import client as client_mod
+
+    monkeypatch.setattr(client_mod, "connect", lambda config=None, context=None: _conn(cluster))
+    _replayed_prometheus(
+        monkeypatch,
+        [{"alertname": "CellTTFTBurnFast", "alertstate": "firing", "region": "us-west-2"}],
+    )
+    drill = str(ROOT / "examples" / "drills" / "l5-region-blackhole.yaml")
+    args = ["conduct", drill, "--prometheus", "http://prometheus.invalid",
+            "--journal-dir", str(tmp_path), "--run-by", "alice"]  # fmt: skip
+    advised = runner.invoke(app, args)  # the default: a server-side dry run, nothing created
+    assert advised.exit_code == 0, advised.output
+    assert '"created": false' in advised.stdout
+    assert _workflows(cluster) == []
+    result = runner.invoke(app, [*args, "--apply"])
+    assert result.exit_code == 3, result.output  # aborted by a stop condition
+    assert '"stopped_by": "survivor-ttft-burn"' in result.stdout
+    assert _workflows(cluster) == []
+    posts = [c for c in cluster.fleet.transport.calls if c.method == "POST"]
+    assert [p.dry_run for p in posts] == [True, False]
+    assert [c.method for c in cluster.fleet.transport.calls if c.method != "POST"] == ["DELETE"]

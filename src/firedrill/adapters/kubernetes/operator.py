@@ -6,6 +6,8 @@ The policy, budgets, flapping detection, minHealthy floor and hourly cap are the
 - **leader election** on a Lease (``lease.py``): replicas stand by; only the leader observes and
   acts. Leadership lost means the controller's in-memory cases are dropped: the next leader
   starts from the cluster as it reads it (quarantine taints included), never from a stale copy;
+- **a node cache** kept by an informer (list, then watch with bookmarks; relist on 410) on a
+  background thread, so reading the fleet's nodes every tick costs no request;
 - **signals** from Prometheus through the ``Signals`` port (the DCGM exporter's series);
 - **operations** through ``KubernetesFleet``: in advise mode (the default of the command) every
   write goes out as a server-side dry run (``dryRun=All``) and the journal keeps the requests;
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -34,6 +37,7 @@ from firedrill.adapters.kubernetes.client import Connection
 from firedrill.adapters.kubernetes.conventions import Conventions
 from firedrill.adapters.kubernetes.fleet import KubernetesFleet
 from firedrill.adapters.kubernetes.lease import LeaderElector
+from firedrill.adapters.kubernetes.watch import Informer
 from firedrill.errors import FiredrillError
 from firedrill.ports import Signals
 from firedrill.remediate.controller import RemediationController
@@ -117,8 +121,10 @@ class ControllerProcess:
             now=now,
         )
         self.metrics = metrics or ControllerMetrics()
+        self.informer = Informer(conn.client, Node)
         self.controller: RemediationController | None = None
         self.last_tick: datetime | None = None
+        self.ticks = 0
         self.last_ok: bool = False
         self.last_error = ""
         self._seen = (0, 0, 0)
@@ -145,6 +151,7 @@ class ControllerProcess:
             self.metrics.errors.labels(outcome=str(outcome)).inc()
             self.last_ok, self.last_error = False, str(exc)
         finally:
+            self.ticks += 1
             self.last_tick = self.now()
             self.metrics.last_tick.set(self.last_tick.timestamp())
 
@@ -165,6 +172,10 @@ class ControllerProcess:
 
     def run(self, stop: Callable[[], bool], sleep: Callable[[float], None]) -> None:
         """Tick every evaluation interval until ``stop()``; give the Lease up on the way out."""
+        self.informer.relist()
+        self.fleet.node_cache = self.informer.values
+        watcher = threading.Thread(target=self.informer.follow, args=(stop,), daemon=True)
+        watcher.start()
         try:
             while not stop():
                 self.tick()

@@ -22,6 +22,7 @@ request through lightkube's request preparation with that parameter added.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,22 +131,29 @@ class Informer:
     lists: int = 0
     bookmarks: int = 0
     events: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def relist(self) -> None:
         """List everything and replace the cache (first sync, and after a 410 Gone)."""
         api: Any = self.client
         listing = api.list(self.resource, namespace=self.namespace)
         items = {_key(o.to_dict()): o.to_dict() for o in listing}
-        self.resource_version = str(listing.resourceVersion)
-        self.items = items
-        self.lists += 1
+        with self._lock:
+            self.resource_version = str(listing.resourceVersion)
+            self.items = items
+            self.lists += 1
 
     def values(self) -> list[Obj]:
-        return [self.items[k] for k in sorted(self.items)]
+        with self._lock:
+            return [self.items[k] for k in sorted(self.items)]
 
     def run(self, stop: Callable[[], bool]) -> None:
         """Sync, then watch until ``stop()``; relist whenever the watched version is gone."""
         self.relist()
+        self.follow(stop)
+
+    def follow(self, stop: Callable[[], bool]) -> None:
+        """Watch from the synced version until ``stop()`` (relisting after a 410)."""
         while not stop():
             if self._watch(stop):
                 self.relist()
@@ -180,18 +188,20 @@ class Informer:
             rv = (data.get("metadata") or {}).get("resourceVersion")
             if rv:
                 self.resource_version = str(rv)
-            if kind == "BOOKMARK":
-                self.bookmarks += 1
-            elif kind == "DELETED":
-                self.events += 1
-                self.items.pop(_key(data), None)
-            else:
-                self.events += 1
-                key = _key(data)
-                old = self.items.get(key)
-                self.items[key] = data
-                if self.on_change is not None:
-                    self.on_change(old, data)
+            old: Obj | None = None
+            with self._lock:
+                if kind == "BOOKMARK":
+                    self.bookmarks += 1
+                elif kind == "DELETED":
+                    self.events += 1
+                    self.items.pop(_key(data), None)
+                else:
+                    self.events += 1
+                    key = _key(data)
+                    old = self.items.get(key)
+                    self.items[key] = data
+            if kind in ("ADDED", "MODIFIED") and self.on_change is not None:
+                self.on_change(old, data)
             if stop():
                 return False
         return gone
