@@ -11,11 +11,11 @@ trap 'kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true; rm -f "$KUB
 kind create cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_FILE" --wait 120s
 export KUBECONFIG=$KUBECONFIG_FILE
 for crd in "$CRDS"/*.yaml; do kubectl apply --server-side -f "$crd" >/dev/null; done
-kubectl create namespace chaos-system --dry-run=client -o yaml | kubectl apply -f -
+# the workloads' namespaces the Roles live in exist before firedrill is installed
+for ns in chaos-system serve train router agents; do
+  kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
+done
 docker build -t ghcr.io/firedrill/firedrill:0.1.0 -f deploy/Dockerfile .
 kind load docker-image ghcr.io/firedrill/firedrill:0.1.0 --name "$CLUSTER"
 kubectl apply -k deploy/base
-for ns in serve train router agents; do
-  kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
-done
 FIREDRILL_E2E_KUBECONFIG=$KUBECONFIG_FILE ${PYTEST:-pytest} -q tests/adapters/kubernetes/test_live_cluster.py

@@ -312,3 +312,25 @@ def test_unknown_targets_and_unmapped_operations_are_refused_before_any_write(
     with pytest.raises(OperationError, match="no Kubernetes mapping"):
         cluster.fleet.apply(ops.Partition("region-region", "us-east-1", "us-west-2"))
     assert cluster.writes() == []
+
+
+def test_a_proxy_error_page_is_a_typed_server_error(cluster: Cluster) -> None:
+    import httpx2
+
+    seed_small(cluster.server)
+    original = cluster.server.handle
+    calls = {"n": 0}
+
+    def gateway(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "PATCH":
+            calls["n"] += 1
+            return httpx2.Response(502, headers={"Content-Type": "text/html"}, content=b"<html>")
+        return original(request)
+
+    cluster.fleet.transport.inner = httpx2.MockTransport(gateway)  # a proxy in front of it
+    with pytest.raises(KubernetesError) as err:
+        cluster.fleet.apply(ops.Cordon("gpu-2"))
+    assert err.value.outcome == "server_error"
+    assert err.value.status == 502
+    assert calls["n"] == 3  # an idempotent patch, retried before giving up
+    assert cluster.fleet.journal[-1].outcome == "failed"

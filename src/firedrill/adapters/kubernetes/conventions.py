@@ -41,7 +41,7 @@ class Conventions:
     router_configmap: str = "firedrill-router"  # weights.{model} (JSON), quarantine.{cell}
     flags_namespace: str = "agents"
     flags_configmap: str = "toolgw-flags"  # one key per kill-switch flag
-    remediation_namespace: str = "firedrill-system"  # reset / reboot / burn-in Jobs
+    remediation_namespace: str = "firedrill-node-ops"  # reset / reboot / burn-in Jobs (privileged)
     field_manager: str = "firedrill"
     remediation_image: str = "nvcr.io/nvidia/cloud-native/dcgm:3.3.9-1-ubuntu22.04"
     remediation_service_account: str = "firedrill-node-remediation"

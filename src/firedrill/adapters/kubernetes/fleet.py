@@ -203,6 +203,17 @@ class KubernetesFleet:
                     path=req.url.path if req is not None else "",
                     retry_after_s=retry_after,
                 ) from exc
+            except httpx2.HTTPStatusError as exc:  # an answer that is not a JSON Status
+                status = exc.response.status_code
+                if idempotent and status in RETRYABLE and attempt < self.retry.attempts:
+                    self._sleep(self._wait_s(attempt, None))
+                    continue
+                raise KubernetesError(
+                    f"{what}: HTTP {status}",
+                    status=status,
+                    method=exc.request.method,
+                    path=exc.request.url.path,
+                ) from exc
             except httpx2.TransportError as exc:
                 if idempotent and attempt < self.retry.attempts:
                     self._sleep(self._wait_s(attempt, None))
