@@ -75,7 +75,7 @@ def controller(
 
     try:
         spec = load_spec(policy, PolicySpec)
-        conn = connect(kubeconfig, context=context)
+        conn = connect(kubeconfig, context=context, keep_calls=10_000)  # runs for months
     except (FiredrillError, OSError, ValueError) as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_ERROR) from exc
@@ -91,7 +91,7 @@ def controller(
             "advise": not apply,
             "ready": process.ready(),
             "error": process.last_error,
-            "requests": len(conn.transport.calls),
+            "requests": conn.transport.mark(),
         }
         typer.echo(json.dumps(summary, sort_keys=True))
         raise typer.Exit(0 if process.ready() else EXIT_ERROR)

@@ -215,7 +215,7 @@ def test_conduct_stops_on_a_prometheus_alert_and_deletes_the_workflow(
 ) -> None:
     from firedrill.adapters.kubernetes import client as client_mod
 
-    monkeypatch.setattr(client_mod, "connect", lambda config=None, context=None: _conn(cluster))
+    monkeypatch.setattr(client_mod, "connect", lambda config=None, **_kw: _conn(cluster))
     _replayed_prometheus(
         monkeypatch,
         [{"alertname": "CellTTFTBurnFast", "alertstate": "firing", "region": "us-west-2"}],

@@ -266,7 +266,7 @@ def test_the_command_ticks_once_against_the_cluster(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _seed_cell(cluster)
-    monkeypatch.setattr(client_mod, "connect", lambda config=None, context=None: _conn(cluster))
+    monkeypatch.setattr(client_mod, "connect", lambda config=None, **_kw: _conn(cluster))
 
     def answer(request: httpx.Request) -> httpx.Response:
         data = {"resultType": "vector", "result": []}

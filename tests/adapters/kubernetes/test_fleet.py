@@ -334,3 +334,18 @@ def test_a_proxy_error_page_is_a_typed_server_error(cluster: Cluster) -> None:
     assert err.value.status == 502
     assert calls["n"] == 3  # an idempotent patch, retried before giving up
     assert cluster.fleet.journal[-1].outcome == "failed"
+
+
+def test_a_long_running_recorder_keeps_the_newest_calls_and_the_journal_stays_right(
+    cluster: Cluster,
+) -> None:
+    seed_small(cluster.server)
+    t = cluster.fleet.transport
+    t.keep = 5
+    for _ in range(10):
+        cluster.fleet.node_views()
+    assert len(t.calls) <= 10
+    assert t.mark() == 10
+    cluster.fleet.apply(ops.Cordon("gpu-2"))
+    rec = cluster.fleet.journal[-1]
+    assert [c.method for c in rec.calls] == ["GET", "PATCH"]  # its own calls, nothing older

@@ -48,6 +48,7 @@ def connect(
     field_manager: str = "firedrill",
     timeout_s: float = 10.0,
     listener: Callable[[ApiCall], None] | None = None,
+    keep_calls: int | None = None,
 ) -> Connection:
     """A client on ``config`` (a kubeconfig file, or the environment's kubeconfig or service
     account by default)."""
@@ -62,7 +63,7 @@ def connect(
         assert single.user is not None
         verify = verify_cluster(single.cluster, single.user, single.abs_file)
         transport = httpx2.HTTPTransport(verify=verify)
-    recording = RecordingTransport(transport, listener)
+    recording = RecordingTransport(transport, listener, keep=keep_calls)
     client = Client(
         single,
         transport=recording,

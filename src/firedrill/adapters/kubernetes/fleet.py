@@ -269,15 +269,15 @@ class KubernetesFleet:
     # -- the Fleet port: operations -----------------------------------------------------------
     def apply(self, op: Operation) -> Operation:
         """Apply ``op`` (with ``dryRun=All`` in advise mode); journal it; return its inverse."""
+        start = self.transport.mark()  # the record keeps the reads its inverse came from too
         inverse = self._inverse(op)
         seq = len(self.journal)
-        start = len(self.transport.calls)
         self.journal.append(OpRecord(seq, op, inverse, self._at_s(), "intended"))
         pending = _Pending()
         try:
             self._apply(op, pending)
         except (KubernetesError, UnknownTargetError, OperationError) as exc:
-            calls = tuple(self.transport.calls[start:])
+            calls = self.transport.since(start)
             landed = any(
                 c.method in ("POST", "PUT", "PATCH", "DELETE") and 200 <= c.status < 300
                 for c in calls
@@ -294,7 +294,7 @@ class KubernetesFleet:
         self.journal[seq] = replace(
             self.journal[seq],
             outcome="dry_run" if self.dry_run else "applied",
-            calls=tuple(self.transport.calls[start:]),
+            calls=self.transport.since(start),
             notes=tuple(pending.notes),
         )
         return inverse

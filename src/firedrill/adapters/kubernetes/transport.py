@@ -135,11 +135,25 @@ class RecordingTransport(httpx2.BaseTransport):
     """Wraps a transport; every request and its status go to ``calls`` (and to ``listener``)."""
 
     def __init__(
-        self, inner: httpx2.BaseTransport, listener: Callable[[ApiCall], None] | None = None
+        self,
+        inner: httpx2.BaseTransport,
+        listener: Callable[[ApiCall], None] | None = None,
+        *,
+        keep: int | None = None,
     ) -> None:
         self.inner = inner
-        self.calls: list[ApiCall] = []
+        self.calls: list[ApiCall] = []  # the newest ``keep`` calls (all of them by default)
+        self.dropped = 0  # calls forgotten to stay within ``keep`` (a long-running controller)
+        self.keep = keep
         self.listener = listener
+
+    def mark(self) -> int:
+        """A position in the stream of calls, for ``since``."""
+        return self.dropped + len(self.calls)
+
+    def since(self, mark: int) -> tuple[ApiCall, ...]:
+        """The calls made after ``mark`` (those still kept)."""
+        return tuple(self.calls[max(0, mark - self.dropped) :])
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         query = tuple(parse_qsl(request.url.query.decode(), keep_blank_values=True))
@@ -166,6 +180,10 @@ class RecordingTransport(httpx2.BaseTransport):
 
     def _record(self, call: ApiCall) -> None:
         self.calls.append(call)
+        if self.keep is not None and len(self.calls) > 2 * self.keep:
+            drop = len(self.calls) - self.keep
+            del self.calls[:drop]
+            self.dropped += drop
         if self.listener is not None:
             self.listener(call)
 
