@@ -292,3 +292,38 @@ def test_the_command_ticks_once_against_the_cluster(
     assert cluster.server.objects[LEASE]["spec"]["holderIdentity"] == "ctl-0"
     bad = runner.invoke(app, ["controller", "/no/such/policy.yaml", "--prometheus", "http://x"])
     assert bad.exit_code == 4
+
+
+def test_the_running_controller_keeps_a_node_cache_and_sees_node_layer_changes(
+    cluster: Cluster,
+) -> None:
+    import copy
+
+    clock = Clock()
+    names = _seed_cell(cluster, 3)
+    policy = load_spec(ROOT / "examples" / "policy.yaml", PolicySpec)
+    p = ControllerProcess(
+        policy, _conn(cluster), FakeSignals(clock, names),
+        LeaderElector(_conn(cluster), "a", clock), now=clock,
+    )  # fmt: skip
+
+    def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        if p.ticks == 1:  # the exporter is upgraded on one node between two ticks
+            n = copy.deepcopy(cluster.server.get("", "nodes", "gpu-01"))
+            n["metadata"]["annotations"]["versions.firedrill.dev/dcgm_exporter"] = "3.3.9-3.6.1"
+            cluster.server._store("", "nodes", "", n, "MODIFIED")
+
+    p.run(lambda: p.ticks >= 200 or (p.ticks >= 3 and p.informer.events >= 1), sleep)
+    assert p.informer.events >= 1
+    (change,) = p.fleet.changes(since_s=0.0, cell="use1-a")
+    assert (change.stream, change.subject, change.after, change.detail) == (
+        "node_layer", "gpu-01", "3.3.9-3.6.1", "dcgm_exporter"
+    )  # fmt: skip
+    assert p.fleet.node_cache is not None  # node views come from the informer's cache
+    lists = [c for c in cluster.fleet.transport.calls if c.path == "/api/v1/nodes" and not c.watch]
+    assert len(lists) == 1  # one LIST at start; the ticks read the cache
+    released = cluster.server.objects[
+        ("coordination.k8s.io", "leases", "firedrill-system", "firedrill-controller")
+    ]
+    assert "holderIdentity" not in released["spec"]  # given up on the way out

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from lightkube.resources.core_v1 import Node
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -37,7 +38,7 @@ from firedrill.adapters.kubernetes.client import Connection
 from firedrill.adapters.kubernetes.conventions import Conventions
 from firedrill.adapters.kubernetes.fleet import KubernetesFleet
 from firedrill.adapters.kubernetes.lease import LeaderElector
-from firedrill.adapters.kubernetes.watch import Informer
+from firedrill.adapters.kubernetes.watch import Informer, change_events
 from firedrill.errors import FiredrillError
 from firedrill.ports import Signals
 from firedrill.remediate.controller import RemediationController
@@ -121,13 +122,18 @@ class ControllerProcess:
             now=now,
         )
         self.metrics = metrics or ControllerMetrics()
-        self.informer = Informer(conn.client, Node)
+        self.informer = Informer(conn.client, Node, on_change=self._node_changed)
         self.controller: RemediationController | None = None
         self.last_tick: datetime | None = None
         self.ticks = 0
         self.last_ok: bool = False
         self.last_error = ""
         self._seen = (0, 0, 0)
+
+    def _node_changed(self, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+        """A node's versions changed: a node_layer change for "what changed"."""
+        at_s = (self.now() - self.epoch).total_seconds()
+        self.fleet.changes_log.extend(change_events(old, new, at_s))
 
     def tick(self) -> None:
         """One evaluation interval."""
