@@ -327,3 +327,30 @@ def test_the_running_controller_keeps_a_node_cache_and_sees_node_layer_changes(
         ("coordination.k8s.io", "leases", "firedrill-system", "firedrill-controller")
     ]
     assert "holderIdentity" not in released["spec"]  # given up on the way out
+
+
+def test_a_new_leader_counts_the_nodes_it_finds_quarantined_against_the_floor(
+    cluster: Cluster,
+) -> None:
+    clock = Clock()
+    names = _seed_cell(cluster, 20)
+    for n in ("gpu-05", "gpu-06"):  # quarantined by the previous leader
+        cluster.server.get("", "nodes", n)["spec"]["taints"] = [
+            {"key": "gpu.corp/quarantine", "value": "xid79", "effect": "NoSchedule"}
+        ]
+    signals = FakeSignals(clock, names)
+    signals.xid["gpu-03"] = (clock.t, 79.0)
+    policy = load_spec(ROOT / "examples" / "policy.yaml", PolicySpec)  # minHealthy 0.9
+    p = ControllerProcess(
+        policy, _conn(cluster), signals, LeaderElector(_conn(cluster), "b", clock),
+        now=clock, advise=False,
+    )  # fmt: skip
+    for _ in range(4):
+        clock.advance(15)
+        p.tick()
+    assert p.controller is not None
+    assert sorted(p.controller.quarantined()) == ["gpu-05", "gpu-06"]
+    # 20 nodes, 2 already out: a third would leave 85% < 90%, so the floor refuses it and pages
+    assert [b.budget for b in p.controller.state.blocked] == ["min_healthy"]
+    assert [pg.budget for pg in p.controller.state.pages] == ["min_healthy"]
+    assert "taints" not in cluster.server.get("", "nodes", "gpu-03")["spec"]

@@ -5,7 +5,9 @@ The policy, budgets, flapping detection, minHealthy floor and hourly cap are the
 
 - **leader election** on a Lease (``lease.py``): replicas stand by; only the leader observes and
   acts. Leadership lost means the controller's in-memory cases are dropped: the next leader
-  starts from the cluster as it reads it (quarantine taints included), never from a stale copy;
+  starts from the cluster as it reads it, never from a stale copy. Nodes it finds tainted
+  ``gpu.corp/quarantine`` count against the floor and, conservatively, against this hour's
+  budget (``RemediationController.adopt``); finishing their remediation is left to a human;
 - **a node cache** kept by an informer (list, then watch with bookmarks; relist on 410) on a
   background thread, so reading the fleet's nodes every tick costs no request;
 - **signals** from Prometheus through the ``Signals`` port (the DCGM exporter's series);
@@ -41,7 +43,7 @@ from firedrill.adapters.kubernetes.lease import LeaderElector
 from firedrill.adapters.kubernetes.watch import Informer, change_events
 from firedrill.errors import FiredrillError
 from firedrill.ports import Signals
-from firedrill.remediate.controller import RemediationController
+from firedrill.remediate.controller import QUARANTINE_KEY, RemediationController
 from firedrill.remediate.policy import PolicySpec
 
 __all__ = ["ControllerMetrics", "ControllerProcess", "ProbeServer"]
@@ -146,9 +148,17 @@ class ControllerProcess:
                 self.last_ok = self.elector.last_error == ""
                 self.last_error = self.elector.last_error
                 return
-            if self.controller is None:
-                self.controller = RemediationController(self.policy, self.fleet)
             now_s = (self.now() - self.epoch).total_seconds()
+            if self.controller is None:  # just became the leader: start from the cluster
+                self.controller = RemediationController(self.policy, self.fleet)
+                self.controller.adopt(
+                    [
+                        v.name
+                        for v in self.fleet.node_views()
+                        if any(t[0] == QUARANTINE_KEY for t in v.taints)
+                    ],
+                    now_s,
+                )
             self.controller.observe(now_s, self.signals)
             self._export()
             self.last_ok, self.last_error = True, ""
