@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test tools lint typecheck layers unit bench clean
+.PHONY: demo test tools lint typecheck layers unit bench clean e2e-kind
 
 # The real tools the tests check the generated config with (Debian/Ubuntu package names), the
 # PostgreSQL server the store tests start on loopback (its binaries are not on PATH), and the
@@ -63,6 +63,11 @@ unit: $(STAMP) tools
 bench: $(STAMP)
 	$(BIN)/python benchmarks/twin_bench.py
 	$(BIN)/python benchmarks/drill_bench.py
+
+## e2e-kind: the Kubernetes flows against a throwaway kind cluster (needs docker, kind, kubectl);
+## not part of `make test`
+e2e-kind: $(STAMP)
+	PYTEST=$(BIN)/pytest deploy/e2e-kind.sh
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -1,22 +1,26 @@
 """Chaos Mesh, Kyverno and AWS FIS exports of drills, held to the tools' own schemas.
 
 FIS templates are checked against botocore's service model for ``fis`` (its ParamValidator, plus
-the lengths, patterns and enums of the model that ParamValidator leaves out). Chaos Mesh and
-Kyverno manifests are checked against the schemas in ``tests/export/schemas`` (see its README),
-strictly: an unknown field fails, as with ``kubectl apply --validate=strict``.
+the lengths, patterns and enums of the model that ParamValidator leaves out). Chaos Mesh (chaos
+kinds and Workflow) and Kyverno manifests are checked against the upstream CustomResourceDefinitions
+(``shared/reference/crds``, or ``$FIREDRILL_CRD_DIR``), strictly: an unknown field fails, as with
+``kubectl apply --validate=strict``. Kyverno's deny conditions are evaluated with JMESPath over the
+exported resources and over broken ones, so the policy is shown to admit the one and deny the other.
 """
 
 from __future__ import annotations
 
 import copy
 import fnmatch
+import functools
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import botocore.session
-import jsonschema
+import jmespath
 import pytest
 import yaml
 from botocore.exceptions import ParamValidationError
@@ -24,16 +28,21 @@ from botocore.model import Shape
 from botocore.validate import ParamValidator
 from typer.testing import CliRunner
 
+from firedrill.adapters.kubernetes.schemas import SchemaValidator, crd_directory
 from firedrill.cli import app
 from firedrill.drill.spec import DrillSpec, seconds
 from firedrill.errors import ExportError
 from firedrill.export.chaos_mesh import (
+    CARRIER_KINDS,
     NEVER_TARGET,
+    POD_CHAOS_KINDS,
     ChaosMeshExport,
     chaos_mesh,
+    chaos_workflow,
     go_duration,
     kyverno_policy,
     render,
+    render_workflow,
 )
 from firedrill.export.fis import (
     FIS_ACTIONS,
@@ -46,7 +55,6 @@ from firedrill.model.spec import FleetSpec
 from firedrill.specfile import load_drill, load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = Path(__file__).parent / "schemas"
 DRILLS = sorted((ROOT / "examples" / "drills").glob("*.yaml"))
 runner = CliRunner()
 
@@ -74,44 +82,23 @@ KYVERNO_OPERATORS = {
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def _strict(schema: Any) -> Any:
-    """The schema with ``additionalProperties: false`` wherever properties are declared."""
-    out = copy.deepcopy(schema)
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if "properties" in node and "additionalProperties" not in node:
-                node["additionalProperties"] = False
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(out)
-    return out
+@functools.cache
+def _schemas() -> SchemaValidator:
+    """The upstream CRDs (JobSet, Kueue, Chaos Mesh, Kyverno, ...), loaded once."""
+    crds = crd_directory(ROOT, os.environ)
+    if crds is None:
+        pytest.skip("upstream CRDs not found: set FIREDRILL_CRD_DIR to shared/reference/crds")
+    return SchemaValidator(crds)
 
 
-def _validator(name: str) -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMAS / name).read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(_strict(schema))
-
-
-VALIDATORS = {
-    "PodChaos": _validator("chaos-mesh-podchaos.json"),
-    "NetworkChaos": _validator("chaos-mesh-networkchaos.json"),
-    "StressChaos": _validator("chaos-mesh-stresschaos.json"),
-    "ClusterPolicy": _validator("kyverno-clusterpolicy-v1.json"),
-}
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 def _check_manifest(m: dict[str, Any]) -> None:
     """Schema of its kind, plus the object-meta rules the API server enforces."""
-    errors = sorted(VALIDATORS[m["kind"]].iter_errors(m), key=lambda e: list(e.path))
-    assert not errors, "; ".join(f"{list(e.path)}: {e.message}" for e in errors)
+    problems = _schemas().problems(m)
+    assert not problems, "; ".join(problems)
     meta = m["metadata"]
     assert DNS_1123.match(meta["name"]), meta["name"]
     assert len(meta["name"]) <= 63, meta["name"]
@@ -294,6 +281,9 @@ def test_durations_never_exceed_the_cap() -> None:
         for m in chaos_mesh(spec, fleet).manifests:
             if not _chaos(m):
                 continue
+            if m["spec"].get("action") == "pod-kill":
+                assert "duration" not in m["spec"]  # one-shot: a duration would mean nothing
+                continue
             d = seconds(_go_to_prom(m["spec"]["duration"]))
             at = seconds(m["metadata"]["annotations"]["firedrill.dev/at"])
             assert 0 < d <= cap - at, (spec.name, m["metadata"]["name"], d, cap, at)
@@ -373,19 +363,26 @@ def test_kyverno_policy_fits_its_schema_and_enforces_the_allowlist() -> None:
     spec = _drill()
     policy = kyverno_policy(spec, namespaces=["serve-chat"])
     _check_manifest(policy)
-    assert policy["spec"]["validationFailureAction"] == "Enforce"
-    kinds = policy["spec"]["rules"][0]["match"]["any"][0]["resources"]["kinds"]
-    assert kinds == [
-        "chaos-mesh.org/v1alpha1/PodChaos",
-        "chaos-mesh.org/v1alpha1/NetworkChaos",
-        "chaos-mesh.org/v1alpha1/StressChaos",
-    ]
+    # the per-rule failureAction, not the deprecated spec.validationFailureAction
+    assert "validationFailureAction" not in policy["spec"]
+    assert {r["validate"]["failureAction"] for r in policy["spec"]["rules"]} == {"Enforce"}
+    guarded = {
+        k.rpartition("/")[2]
+        for r in policy["spec"]["rules"]
+        for k in r["match"]["any"][0]["resources"]["kinds"]
+    }
+    assert guarded == {*POD_CHAOS_KINDS, *CARRIER_KINDS}
+    assert {"Schedule", "Workflow", "IOChaos", "HTTPChaos"} <= guarded
+    # every chaos kind the upstream Chaos Mesh CRDs define is guarded
+    upstream = {k.rpartition("/")[2] for k in _schemas().custom_kinds if k.startswith("chaos")}
+    assert upstream <= guarded
     rules = {r["name"]: r for r in policy["spec"]["rules"]}
     allow = rules["chaos-namespace-allowlist"]["validate"]["deny"]["conditions"]["any"]
     assert {c["operator"] for c in allow} == {"AnyNotIn"}
     assert all(c["value"] == ["serve-chat", "serve-batch", "staging-*"] for c in allow)
     for rule in policy["spec"]["rules"]:
-        for cond in rule["validate"]["deny"]["conditions"]["any"]:
+        conditions = rule["validate"]["deny"]["conditions"]
+        for cond in conditions.get("any", []) + conditions.get("all", []):
             assert cond["operator"] in KYVERNO_OPERATORS
             assert cond["key"].startswith("{{ ")
             assert cond["key"].endswith(" }}")
@@ -400,6 +397,201 @@ def _any_not_in(keys: list[str], values: list[str]) -> bool:
     return any(not any(fnmatch.fnmatchcase(k, v) for v in values) for k in keys)
 
 
+def _kyverno_denies(policy: dict[str, Any], resource: dict[str, Any]) -> list[str]:
+    """The rules of ``policy`` that deny ``resource``: Kyverno's deny conditions, in JMESPath."""
+    kind = f"{resource['apiVersion']}/{resource['kind']}"
+    context = {"request": {"object": resource}}
+    denied = []
+    for rule in policy["spec"]["rules"]:
+        if kind not in rule["match"]["any"][0]["resources"]["kinds"]:
+            continue
+        conditions = rule["validate"]["deny"]["conditions"]
+        any_ = [_holds(c, context) for c in conditions.get("any", [])]
+        all_ = [_holds(c, context) for c in conditions.get("all", [])]
+        if (any_ and any(any_)) or (all_ and all(all_)):
+            denied.append(rule["name"])
+    return denied
+
+
+def _holds(cond: dict[str, Any], context: dict[str, Any]) -> bool:
+    key = jmespath.search(cond["key"].removeprefix("{{ ").removesuffix(" }}"), context)
+    value = cond["value"]
+    keys = key if isinstance(key, list) else [key]
+    match cond["operator"]:
+        case "Equals":
+            return bool(key == value)
+        case "NotEquals":
+            return bool(key != value)
+        case "GreaterThan":
+            return float(key) > float(value)
+        case "AnyIn":
+            return any(any(fnmatch.fnmatchcase(str(k), v) for v in value) for k in keys)
+        case "AnyNotIn":
+            return _any_not_in([str(k) for k in keys], value)
+    raise AssertionError(f"operator {cond['operator']} not evaluated here")
+
+
+def test_l0_tabletop_exports_no_live_chaos() -> None:
+    loaded = load_drill(ROOT / "examples" / "drills" / "l0-tabletop.yaml")
+    export = chaos_mesh(loaded.spec, loaded.fleet)
+    assert [m["kind"] for m in export.manifests] == ["ClusterPolicy"]  # nothing injected
+    assert len(export.notes) == len(loaded.spec.injections)
+    assert all("tabletop" in n.reason for n in export.notes)
+    assert chaos_workflow(loaded.spec, loaded.fleet).workflow is None
+    result = runner.invoke(app, ["export", "chaos-mesh", str(loaded.path)])
+    assert result.exit_code == 0, result.output
+    kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d is not None]
+    assert kinds == ["ClusterPolicy"]
+    result = runner.invoke(app, ["export", "chaos-mesh", str(loaded.path), "--workflow"])
+    assert result.exit_code == 0, result.output
+    assert [d["kind"] for d in yaml.safe_load_all(result.stdout) if d] == ["ClusterPolicy"]
+
+
+def test_a_pod_kill_is_one_shot_without_a_duration() -> None:
+    export = chaos_mesh(_drill(), _fleet())
+    (kill,) = [m for m in export.manifests if m["kind"] == "PodChaos"]
+    assert "duration" not in kill["spec"]
+    _check_manifest(kill)
+    assert _kyverno_denies(export.manifests[0], kill) == []  # the policy admits a kill as is
+    lasting = [m for m in export.manifests if _chaos(m) and m["kind"] != "PodChaos"]
+    assert lasting
+    assert all(m["spec"]["duration"] for m in lasting)
+
+
+def test_l5_exports_one_workflow_carrying_the_timeline() -> None:
+    loaded = load_drill(ROOT / "examples" / "drills" / "l5-region-blackhole.yaml")
+    export = chaos_workflow(loaded.spec, loaded.fleet)
+    assert [m["kind"] for m in export.manifests] == ["ClusterPolicy", "Workflow"]
+    wf = export.workflow
+    assert wf is not None
+    _check_manifest(wf)
+    templates = {t["name"]: t for t in wf["spec"]["templates"]}
+    entry = templates[wf["spec"]["entry"]]
+    cap = loaded.spec.duration_cap_s
+    assert entry["templateType"] == "Parallel"
+    assert seconds(_go_to_prom(entry["deadline"])) == cap
+    chaos_nodes = [t for t in templates.values() if t["templateType"] == "NetworkChaos"]
+    assert len(chaos_nodes) == 3  # one per us-east-1 cell
+    for branch in entry["children"]:
+        serial = templates[branch]
+        wait, node = (templates[c] for c in serial["children"])
+        assert wait["templateType"] == "Suspend"
+        at = seconds(_go_to_prom(wait["deadline"]))
+        lasts = seconds(_go_to_prom(node["deadline"]))
+        assert at == 300  # the blackhole starts at 5m
+        assert at + lasts <= cap  # never past the cap
+        assert "duration" not in node["networkChaos"]  # the node's deadline ends it
+    # the same chaos as the per-resource export, timeline and all
+    flat = [m for m in chaos_mesh(loaded.spec, loaded.fleet).manifests if _chaos(m)]
+    assert [n["networkChaos"]["selector"] for n in chaos_nodes] == [
+        m["spec"]["selector"] for m in flat
+    ]
+    assert _kyverno_denies(export.policy, wf) == []
+    text = render_workflow(export)
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    assert docs == [json.loads(json.dumps(m)) for m in export.manifests]
+    assert text == render_workflow(chaos_workflow(loaded.spec, loaded.fleet))  # deterministic
+
+
+def test_kyverno_admits_the_exports_and_denies_every_escape() -> None:
+    spec = _drill()
+    policy = kyverno_policy(spec)
+    for loaded in _examples():
+        for export in (
+            chaos_mesh(loaded.spec, loaded.fleet),
+            chaos_workflow(loaded.spec, loaded.fleet),
+        ):
+            own = export.manifests[0]
+            for m in export.manifests[1:]:
+                assert _kyverno_denies(own, m) == [], (loaded.spec.name, m["kind"])
+    wf = chaos_workflow(spec, _fleet()).workflow
+    assert wf is not None
+    assert _kyverno_denies(policy, wf) == []
+    net = next(m for m in chaos_mesh(spec, _fleet()).manifests if m["kind"] == "NetworkChaos")
+    kill = next(m for m in chaos_mesh(spec, _fleet()).manifests if m["kind"] == "PodChaos")
+
+    def broken(m: dict[str, Any], edit: Any) -> dict[str, Any]:
+        out = copy.deepcopy(m)
+        edit(out)
+        return out
+
+    def node(w: dict[str, Any], kind: str) -> dict[str, Any]:
+        return next(t for t in w["spec"]["templates"] if t["templateType"] == kind)
+
+    cases = {
+        "kill in kube-system": (
+            broken(kill, lambda m: m["spec"]["selector"].update(namespaces=["kube-system"])),
+            {"chaos-namespace-allowlist", "chaos-never-system-namespaces"},
+        ),
+        "partition without a duration": (
+            broken(net, lambda m: m["spec"].pop("duration")),
+            {"chaos-duration-required"},
+        ),
+        "no namespaces": (
+            broken(kill, lambda m: m["spec"]["selector"].pop("namespaces")),
+            {"chaos-namespaces-required"},
+        ),
+        "a cloud chaos (selects no pods)": (
+            {"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "AWSChaos",
+             "spec": {"action": "ec2-stop", "duration": "5m"}},
+            {"chaos-namespaces-required"},
+        ),
+        "workflow node in default": (
+            broken(wf, lambda w: node(w, "PodChaos")["podChaos"]["selector"].update(
+                namespaces=["default"])),
+            {"chaos-namespace-allowlist"},
+        ),
+        "workflow target in kube-system": (
+            broken(wf, lambda w: node(w, "NetworkChaos")["networkChaos"].update(
+                target={"mode": "all", "selector": {"namespaces": ["kube-system"]}})),
+            {"chaos-namespace-allowlist", "chaos-never-system-namespaces"},
+        ),
+        "workflow node without a deadline": (
+            broken(wf, lambda w: node(w, "StressChaos").pop("deadline")),
+            {"workflow-chaos-bounded"},
+        ),
+        "workflow node without namespaces": (
+            broken(wf, lambda w: node(w, "StressChaos")["stressChaos"]["selector"].pop(
+                "namespaces")),
+            {"workflow-chaos-bounded"},
+        ),
+        "workflow nesting a schedule": (
+            broken(wf, lambda w: w["spec"]["templates"].append(
+                {"name": "x", "templateType": "Schedule", "deadline": "1m",
+                 "schedule": {"schedule": "@every 1m", "type": "PodChaos",
+                              "podChaos": kill["spec"]}})),
+            {"chaos-no-nesting"},
+        ),
+        "schedule in kube-system": (
+            {"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "Schedule",
+             "spec": {"schedule": "@every 5m", "type": "PodChaos",
+                      "podChaos": {**kill["spec"], "selector": {"namespaces": ["kube-system"]}}}},
+            {"chaos-namespace-allowlist", "chaos-never-system-namespaces"},
+        ),
+        "schedule of an endless partition": (
+            {"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "Schedule",
+             "spec": {"schedule": "@every 5m", "type": "NetworkChaos",
+                      "networkChaos": {k: v for k, v in net["spec"].items() if k != "duration"}}},
+            {"schedule-chaos-bounded"},
+        ),
+        "schedule running a workflow": (
+            {"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "Schedule",
+             "spec": {"schedule": "@every 5m", "type": "Workflow", "workflow": wf["spec"]}},
+            {"chaos-no-nesting"},
+        ),
+    }  # fmt: skip
+    for name, (resource, rules) in cases.items():
+        assert set(_kyverno_denies(policy, resource)) == rules, name
+    # the schedules that are fine are admitted (a kill needs no duration)
+    ok = {
+        "apiVersion": "chaos-mesh.org/v1alpha1",
+        "kind": "Schedule",
+        "spec": {"schedule": "@every 5m", "type": "PodChaos", "podChaos": kill["spec"]},
+    }
+    assert _kyverno_denies(policy, ok) == []
+    _check_manifest({**ok, "metadata": {"name": "ok", "namespace": "chaos-system"}})
+
+
 def test_the_schema_check_catches_a_broken_manifest() -> None:
     m = copy.deepcopy(next(x for x in chaos_mesh(_drill(), _fleet()).manifests if _chaos(x)))
     m["spec"]["mode"] = "some"
@@ -410,9 +602,14 @@ def test_the_schema_check_catches_a_broken_manifest() -> None:
     with pytest.raises(AssertionError, match="labelSelector"):
         _check_manifest(m)
     policy = kyverno_policy(_drill())
-    policy["spec"]["validationFailureAction"] = "Deny"
-    with pytest.raises(AssertionError, match="validationFailureAction"):
+    policy["spec"]["rules"][0]["validate"]["failureAction"] = "Deny"
+    with pytest.raises(AssertionError, match="failureAction"):
         _check_manifest(policy)
+    wf = chaos_workflow(_drill(), _fleet()).workflow
+    assert wf is not None
+    wf["spec"]["templates"][1]["templateType"] = 7  # not a string
+    with pytest.raises(AssertionError, match="templateType"):
+        _check_manifest(wf)
 
 
 def test_chaos_mesh_export_is_deterministic() -> None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
+from firedrill.adapters.kubernetes.schemas import SchemaValidator, crd_directory
 from firedrill.cli import app
-from firedrill.export.nhc import NOT_EXPRESSIBLE, node_health_check
+from firedrill.export.nhc import CONDITION_SOURCES, NOT_EXPRESSIBLE, node_health_check
 from firedrill.remediate.policy import Budgets, Fields, Modules, PolicySpec, Timings
 
 runner = CliRunner()
@@ -55,3 +59,21 @@ def test_schemas_for_every_spec() -> None:
         result = runner.invoke(app, ["schema", kind])
         assert result.exit_code == 0
         assert key in json.loads(result.stdout)["properties"]
+
+
+def test_the_manifest_fits_the_upstream_crd_and_names_who_sets_each_condition() -> None:
+    crds = crd_directory(Path(__file__).resolve().parents[2], os.environ)
+    if crds is None:
+        pytest.skip("upstream CRDs not found: set FIREDRILL_CRD_DIR to shared/reference/crds")
+    validator = SchemaValidator(crds)
+    m = node_health_check(PolicySpec(), name="gpu-nodes-use1-a", cell="use1-a")
+    assert validator.problems(m) == []
+    sources = m["metadata"]["annotations"]["firedrill.dev/condition-sources"]
+    for cond in m["spec"]["unhealthyConditions"]:
+        assert f"{cond['type']}: {CONDITION_SOURCES[cond['type']]}" in sources
+    assert "kubelet" in CONDITION_SOURCES["Ready"]
+    assert all("not set by anything by default" in v for k, v in CONDITION_SOURCES.items()
+               if k != "Ready")  # fmt: skip
+    broken = json.loads(json.dumps(m))
+    broken["spec"]["unhealthyConditions"][0]["duration"] = "five minutes"
+    assert validator.problems(broken)  # the CRD's duration pattern catches it

@@ -39,6 +39,7 @@ __all__ = [
 
 DEFAULT_TOKEN_FILE = Path(".firedrill/twin-token")
 EMBEDDED = "embedded"  # the journal's target for a drill on an embedded twin
+KUBERNETES = "kubernetes:"  # the journal's target prefix for a drill conducted on a cluster
 
 
 class Refused(FiredrillError):
@@ -99,12 +100,18 @@ def recover_leftovers(
     """
     from firedrill.adapters.journal_file import JournalFiles, default_directory
     from firedrill.adapters.remote_twin import RemoteTwin, load_token
-    from firedrill.drill.recover import recover, target_for
+    from firedrill.drill.recover import RevertWorld, recover, target_for
 
     directory = journal_dir or default_directory()
     tokens: dict[str, str] = {}
 
-    def world_for(header: JournalHeader) -> RemoteTwin:
+    def world_for(header: JournalHeader) -> RevertWorld:
+        if header.target.startswith(KUBERNETES) and not (must_match and target != header.target):
+            # a drill conducted on a cluster: reverted through the kubeconfig's own cluster, so
+            # no credential goes to an address the journal names
+            from firedrill.adapters.kubernetes.conductor import world_for_target
+
+            return world_for_target(header.target)
         url = target_for(header, target, must_match=must_match)
         if "token" not in tokens:
             tokens["token"] = load_token(token_file)

@@ -55,12 +55,30 @@ def export_chaos_mesh(
     registry_host: Annotated[
         str, typer.Option(help="A region's registry host ({region} is replaced).")
     ] = "registry.{region}.corp",
+    workflow: Annotated[
+        bool, typer.Option("--workflow", help="One Chaos Mesh Workflow carrying the timeline.")
+    ] = False,
 ) -> None:
     """Chaos Mesh resources for a drill, with the Kyverno policy that bounds them."""
-    from firedrill.export.chaos_mesh import ChaosMeshOptions, chaos_mesh, render
+    from firedrill.export.chaos_mesh import (
+        ChaosMeshOptions,
+        chaos_mesh,
+        chaos_workflow,
+        render,
+        render_workflow,
+    )
 
     loaded = _load(drill)
     opts = ChaosMeshOptions(chaos_namespace=chaos_namespace, registry_host=registry_host)
+    if workflow:
+        try:
+            wf = chaos_workflow(loaded.spec, loaded.fleet, options=opts)
+        except FiredrillError as exc:
+            raise _fail(exc) from exc
+        _write(render_workflow(wf), out)
+        what = "one Workflow" if wf.workflow is not None else "no Workflow (nothing injected)"
+        err.print(f"{what} and the Kyverno policy; {len(wf.notes)} injection(s) noted")
+        return
     try:
         export = chaos_mesh(loaded.spec, loaded.fleet, options=opts)
     except FiredrillError as exc:

@@ -10,14 +10,24 @@ cloud-level fault (the region cut, replication pause and capacity denial belong 
 admission must deny). Those come out as notes with the commands to run, never as a manifest that
 would pretend to do the same thing.
 
-Every chaos resource has a ``duration`` that ends it at or before the drill's duration cap (the
-controller reverts on expiry), a namespace selector taken from the drill's target or injection
+Every chaos resource that lasts has a ``duration`` that ends it at or before the drill's duration
+cap (the controller reverts on expiry); a pod kill is one-shot and carries none. Each has a
+namespace selector taken from the drill's target or injection
 (never ``kube-system``: the export refuses it even when handed an unvalidated drill), label
 selectors ``{app: MODEL, cell: CELL}``, and labels naming the drill and its rung. The Kyverno
 ``ClusterPolicy`` enforces the allowlist at admission, so a typo in a hand-edited manifest is
 denied by the cluster too. Chaos Mesh itself should only act in namespaces annotated
 ``chaos-mesh.org/inject=enabled`` (``controllerManager.enableFilterNamespace=true``); the notes
 list the namespaces to annotate.
+
+An L0 drill is a tabletop: its export holds the policy and, for every injection, a note of what
+would be injected, and not one chaos resource.
+
+``chaos_workflow`` puts the same resources into one Chaos Mesh ``Workflow`` that carries the
+timeline: a ``Parallel`` entry whose branches each wait (a ``Suspend`` node) until the injection's
+offset and then inject for its duration (the chaos node's ``deadline``); every node has a deadline
+and the entry's is the drill's cap. Creating the Workflow starts the drill on the cluster;
+deleting it ends every chaos it created (the conductor's auto-revert).
 
 The output is deterministic: the same drill gives the same bytes.
 """
@@ -48,12 +58,35 @@ from firedrill.drill.spec import (
     RegistryPartition,
     ReplicaKill,
     Thermal,
+    seconds,
 )
 from firedrill.errors import ExportError
 from firedrill.model.spec import FleetSpec
 
 API_VERSION = "chaos-mesh.org/v1alpha1"
-CHAOS_KINDS = ("PodChaos", "NetworkChaos", "StressChaos")
+CHAOS_KINDS = ("PodChaos", "NetworkChaos", "StressChaos")  # the kinds the export writes
+# Every Chaos Mesh kind the Kyverno policy guards: the pod-selecting chaos, the ones that select
+# no pods at all (cloud and physical-machine: denied, since they name no namespace), and the
+# two that carry other chaos inside them (Schedule, Workflow).
+POD_CHAOS_KINDS = (
+    "PodChaos",
+    "NetworkChaos",
+    "StressChaos",
+    "IOChaos",
+    "TimeChaos",
+    "DNSChaos",
+    "HTTPChaos",
+    "KernelChaos",
+    "JVMChaos",
+    "BlockChaos",
+    "AWSChaos",
+    "GCPChaos",
+    "AzureChaos",
+    "PhysicalMachineChaos",
+)
+CARRIER_KINDS = ("Schedule", "Workflow")
+ONE_SHOT_ACTIONS = ("pod-kill", "container-kill")  # PodChaos actions a duration means nothing to
+POD_KILL_DEADLINE_S = 30  # a workflow node for a pod kill: the kill is immediate
 # Namespaces no chaos resource may ever select, whatever an allowlist glob says.
 NEVER_TARGET = ("kube-system", "kube-public", "kube-node-lease")
 INJECT_ANNOTATION = "chaos-mesh.org/inject=enabled"
@@ -232,6 +265,13 @@ class _Builder:
 
     def add(self, index: int, inj: Injection) -> None:
         spec, model = self.spec, self.spec.target.model
+        if spec.rung == "L0":
+            self.note(
+                index,
+                inj,
+                f"tabletop (L0): walk {inj.kind} at {inj.at} on paper; nothing is injected",
+            )
+            return
         if capped_duration_s(spec, inj) <= 0:
             self.note(index, inj, "starts at or after the duration cap: not exported")
             return
@@ -242,7 +282,7 @@ class _Builder:
                 body: dict[str, Any] = {"action": "pod-kill", "mode": "one"}
                 if count > 1:
                     body = {"action": "pod-kill", "mode": "fixed", "value": str(count)}
-                body |= {"selector": _selector(ns, m or model, cell), "duration": duration}
+                body |= {"selector": _selector(ns, m or model, cell)}  # one-shot: no duration
                 self.chaos("PodChaos", index, inj, f"kill-{cell}", body, "")
             case RegistryPartition(cell=cell):
                 ns = _namespace(spec, index, inj)
@@ -421,127 +461,322 @@ def chaos_mesh(
     )
 
 
+# --- one Workflow carrying the timeline --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChaosWorkflowExport:
+    """The Kyverno policy and one Workflow (None for a tabletop) with the notes beside them."""
+
+    drill: str
+    rung: str
+    policy: dict[str, Any]
+    workflow: dict[str, Any] | None
+    notes: tuple[Note, ...]
+    namespaces: tuple[str, ...]
+    setup: tuple[str, ...] = field(default=())
+
+    @property
+    def manifests(self) -> tuple[dict[str, Any], ...]:
+        return (self.policy,) if self.workflow is None else (self.policy, self.workflow)
+
+
+def _camel(kind: str) -> str:
+    return kind[0].lower() + kind[1:]
+
+
+def _seconds_of(go: str) -> int:
+    """``1h30m`` -> 5400 (the inverse of ``go_duration``)."""
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", go))
+
+
+def chaos_workflow(
+    spec: DrillSpec, fleet: FleetSpec, *, options: ChaosMeshOptions | None = None
+) -> ChaosWorkflowExport:
+    """The drill as one Chaos Mesh Workflow: each injection waits for its offset, then runs."""
+    export = chaos_mesh(spec, fleet, options=options)
+    opts = options or ChaosMeshOptions()
+    cap = spec.duration_cap_s
+    assert cap is not None  # chaos_mesh refused a drill without one
+    chaos = [m for m in export.manifests if m["kind"] in CHAOS_KINDS]
+    if not chaos:
+        return ChaosWorkflowExport(
+            export.drill, export.rung, export.manifests[0], None, export.notes, (), export.setup
+        )
+    templates: list[dict[str, Any]] = []
+    branches: list[str] = []
+    for j, m in enumerate(chaos):
+        index = m["metadata"]["labels"][LABEL_INJECTION]
+        at_s = int(seconds(m["metadata"]["annotations"][ANNOTATION_AT]))
+        body = {k: v for k, v in m["spec"].items() if k != "duration"}
+        one_shot = m["kind"] == "PodChaos" and body.get("action") in ONE_SHOT_ACTIONS
+        lasts_s = POD_KILL_DEADLINE_S if one_shot else _seconds_of(m["spec"]["duration"])
+        lasts_s = min(lasts_s, int(cap) - at_s)
+        branch = f"i{index}-{j}"
+        node = f"{branch}-{m['kind'].lower()}"
+        children = []
+        if at_s > 0:
+            children.append(f"{branch}-wait")
+            templates.append(
+                {"name": f"{branch}-wait", "templateType": "Suspend", "deadline": go_duration(at_s)}
+            )
+        children.append(node)
+        templates.append(
+            {
+                "name": node,
+                "templateType": m["kind"],
+                "deadline": go_duration(lasts_s),
+                _camel(m["kind"]): body,
+            }
+        )
+        templates.append(
+            {
+                "name": branch,
+                "templateType": "Serial",
+                "deadline": go_duration(at_s + lasts_s),
+                "children": children,
+            }
+        )
+        branches.append(branch)
+    entry = {
+        "name": "drill",
+        "templateType": "Parallel",
+        "deadline": go_duration(cap),
+        "children": branches,
+    }
+    workflow = {
+        "apiVersion": API_VERSION,
+        "kind": "Workflow",
+        "metadata": {
+            "name": _dns_name(spec.name),
+            "namespace": opts.chaos_namespace,
+            "labels": {LABEL_DRILL: _label_value(spec.name), LABEL_RUNG: spec.rung},
+            "annotations": {
+                "firedrill.dev/timeline": ", ".join(
+                    f"{m['metadata']['annotations'][ANNOTATION_AT]} {m['kind']}" for m in chaos
+                ),
+            },
+        },
+        "spec": {"entry": "drill", "templates": [entry, *templates]},
+    }
+    setup = tuple(c.replace("before any chaos", "before the Workflow") for c in export.setup)
+    return ChaosWorkflowExport(
+        export.drill,
+        export.rung,
+        export.manifests[0],
+        workflow,
+        export.notes,
+        export.namespaces,
+        setup,
+    )
+
+
+def render_workflow(export: ChaosWorkflowExport) -> str:
+    """The policy, then the Workflow (if any), with the setup and notes as a comment header."""
+    lines = [
+        f"# Chaos Mesh Workflow for drill {export.drill} (rung {export.rung}), from firedrill.",
+        "# Creating the Workflow starts the timeline; deleting it ends every chaos it created.",
+        "# Once, before the drill:",
+        *(f"#   {c}" for c in export.setup),
+    ]
+    if export.workflow is None:
+        lines.append("# No Workflow: nothing in this drill is injected by Chaos Mesh.")
+    if export.notes:
+        lines.append("# Not exportable to Chaos Mesh (or only in part): run these instead.")
+        for n in export.notes:
+            lines.append(f"#   [{n.index}] at {n.at} {n.kind}: {n.reason}")
+            lines += [f"#       {c}" for c in n.commands]
+    docs = [
+        yaml.dump(m, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, width=100)
+        for m in export.manifests
+    ]
+    return "\n".join(lines) + "\n---\n" + "---\n".join(docs)
+
+
 # --- Kyverno ----------------------------------------------------------------------------------
 
 
-def kyverno_policy(spec: DrillSpec, *, namespaces: Sequence[str] = ()) -> dict[str, Any]:
-    """A ClusterPolicy (Enforce) that denies chaos resources outside the drill's allowlist.
+def _deny(
+    name: str, kinds: Sequence[str], message: str, conditions: dict[str, Any]
+) -> dict[str, Any]:
+    """One Enforce rule (the per-rule ``validate.failureAction``, not the deprecated spec field)."""
+    return {
+        "name": name,
+        "match": {"any": [{"resources": {"kinds": [f"{API_VERSION}/{k}" for k in kinds]}}]},
+        "validate": {
+            "failureAction": "Enforce",
+            "message": message,
+            "deny": {"conditions": conditions},
+        },
+    }
 
-    Rules: the pods a chaos resource selects (and a NetworkChaos's ``target``) must be in
-    allowlisted namespaces, never in ``kube-system`` and its siblings whatever a glob says; the
-    namespace selector may not be empty (an empty one means "wherever the controller may act");
-    and every chaos resource has a ``duration`` so the controller reverts it on expiry.
+
+# JMESPath (Kyverno variables) for the namespaces a chaos resource selects, wherever they sit: the
+# spec of a chaos kind, the chaos spec a Schedule embeds (``spec.podChaos``, ...), or the chaos
+# templates of a Workflow (``spec.templates[].podChaos``, ...).
+NAMESPACE_KEYS = (
+    "request.object.spec.selector.namespaces[]",
+    "request.object.spec.target.selector.namespaces[]",
+    "request.object.spec.* | [?type(@) == 'object'].selector.namespaces[]",
+    "request.object.spec.* | [?type(@) == 'object'].target.selector.namespaces[]",
+    "request.object.spec.templates[].* | [] | [?type(@) == 'object'].selector.namespaces[]",
+    "request.object.spec.templates[].* | [] | [?type(@) == 'object'].target.selector.namespaces[]",
+)
+_EMBEDDED = "[?type(@) == 'object' && selector]"  # the chaos specs among a spec's values
+
+
+def _key(expr: str) -> str:
+    return "{{ " + expr + " }}"
+
+
+def kyverno_policy(spec: DrillSpec, *, namespaces: Sequence[str] = ()) -> dict[str, Any]:
+    """A ClusterPolicy that denies chaos outside the drill's allowlist, for every chaos kind.
+
+    Every rule enforces (``rules[].validate.failureAction: Enforce``). The namespaces a chaos
+    resource selects (and a NetworkChaos's ``target``), directly or inside a Schedule or a
+    Workflow, must be allowlisted and never ``kube-system`` or its siblings whatever a glob
+    says; a selector must name its namespaces (an empty one means "wherever the controller may
+    act"); chaos that lasts has a ``duration`` (a pod kill is one-shot and needs none) and every
+    Workflow node a ``deadline``, so the controller ends it; a Workflow may not nest a Schedule
+    and a Schedule may not run a Workflow, so nothing escapes these checks by nesting.
     """
     _check_allowlist(spec)
     allow = list(spec.allowlist.namespaces)
-    kinds = [f"{API_VERSION}/{k}" for k in CHAOS_KINDS]
-    match = {"any": [{"resources": {"kinds": kinds}}]}
-    selected = "{{ request.object.spec.selector.namespaces[] || `[]` }}"
-    targeted = "{{ request.object.spec.target.selector.namespaces[] || `[]` }}"
-    policy: dict[str, Any] = {
+    every = [*POD_CHAOS_KINDS, *CARRIER_KINDS]
+    selected = [_key(f"({k}) || `[]`") for k in NAMESPACE_KEYS]
+    one_shot = " && ".join(f"action != '{a}'" for a in ONE_SHOT_ACTIONS)
+    rules = [
+        _deny(
+            "chaos-namespace-allowlist",
+            every,
+            f"Chaos experiments may only target {', '.join(allow)} namespaces.",
+            {"any": [{"key": k, "operator": "AnyNotIn", "value": allow} for k in selected]},
+        ),
+        _deny(
+            "chaos-never-system-namespaces",
+            every,
+            f"Chaos experiments never target {', '.join(NEVER_TARGET)}.",
+            {"any": [{"key": k, "operator": "AnyIn", "value": [*NEVER_TARGET]} for k in selected]},
+        ),
+        _deny(
+            "chaos-namespaces-required",
+            POD_CHAOS_KINDS,
+            "Chaos experiments must name the namespaces they select.",
+            {
+                "any": [
+                    {
+                        "key": _key("length(request.object.spec.selector.namespaces || `[]`)"),
+                        "operator": "Equals",
+                        "value": 0,
+                    }
+                ]
+            },
+        ),
+        _deny(
+            "chaos-duration-required",
+            POD_CHAOS_KINDS,
+            "Chaos experiments must have a duration (a hard cap); only a kill is one-shot.",
+            {
+                "all": [
+                    {
+                        "key": _key("request.object.spec.duration || ''"),
+                        "operator": "Equals",
+                        "value": "",
+                    },
+                    {
+                        "key": _key("request.object.spec.action || ''"),
+                        "operator": "AnyNotIn",
+                        "value": [*ONE_SHOT_ACTIONS],
+                    },
+                ]
+            },
+        ),
+        _deny(
+            "schedule-chaos-bounded",
+            ["Schedule"],
+            "A Schedule's chaos must name its namespaces and have a duration (kills excepted).",
+            {
+                "any": [
+                    {
+                        "key": _key(
+                            f"request.object.spec.* | {_EMBEDDED} | [?!(selector.namespaces)] "
+                            "| length(@)"
+                        ),
+                        "operator": "GreaterThan",
+                        "value": 0,
+                    },
+                    {
+                        "key": _key(
+                            f"request.object.spec.* | {_EMBEDDED} | [?!duration && {one_shot}] "
+                            "| length(@)"
+                        ),
+                        "operator": "GreaterThan",
+                        "value": 0,
+                    },
+                ]
+            },
+        ),
+        _deny(
+            "workflow-chaos-bounded",
+            ["Workflow"],
+            "Every Workflow node needs a deadline and every chaos node named namespaces.",
+            {
+                "any": [
+                    {
+                        "key": _key("length(request.object.spec.templates[?!deadline] || `[]`)"),
+                        "operator": "GreaterThan",
+                        "value": 0,
+                    },
+                    {
+                        "key": _key(
+                            f"request.object.spec.templates[].* | [] | {_EMBEDDED} "
+                            "| [?!(selector.namespaces)] | length(@)"
+                        ),
+                        "operator": "GreaterThan",
+                        "value": 0,
+                    },
+                ]
+            },
+        ),
+        _deny(
+            "chaos-no-nesting",
+            [*CARRIER_KINDS],
+            "A Workflow may not nest a Schedule, nor a Schedule run a Workflow.",
+            {
+                "any": [
+                    {
+                        "key": _key("length(request.object.spec.templates[?schedule] || `[]`)"),
+                        "operator": "GreaterThan",
+                        "value": 0,
+                    },
+                    {
+                        "key": _key("request.object.spec.workflow || ''"),
+                        "operator": "NotEquals",
+                        "value": "",
+                    },
+                ]
+            },
+        ),
+    ]
+    annotations: dict[str, str] = {
+        "policies.kyverno.io/title": "Restrict chaos targets",
+        "policies.kyverno.io/description": (
+            "Chaos Mesh resources, Schedules and Workflows may only select pods in the drill's "
+            "allowlisted namespaces, never kube-system, and always end."
+        ),
+    }
+    if namespaces:
+        annotations["firedrill.dev/selected-namespaces"] = ",".join(namespaces)
+    return {
         "apiVersion": "kyverno.io/v1",
         "kind": "ClusterPolicy",
         "metadata": {
             "name": POLICY_NAME,
             "labels": {LABEL_DRILL: _label_value(spec.name), LABEL_RUNG: spec.rung},
-            "annotations": {
-                "policies.kyverno.io/title": "Restrict chaos targets",
-                "policies.kyverno.io/description": (
-                    "Chaos Mesh resources may only select pods in the drill's allowlisted "
-                    "namespaces, never kube-system, always with a duration."
-                ),
-                **(
-                    {"firedrill.dev/selected-namespaces": ",".join(namespaces)}
-                    if namespaces
-                    else {}
-                ),
-            },
+            "annotations": annotations,
         },
-        "spec": {
-            "validationFailureAction": "Enforce",
-            "background": True,
-            "rules": [
-                {
-                    "name": "chaos-namespace-allowlist",
-                    "match": match,
-                    "validate": {
-                        "message": (
-                            f"Chaos experiments may only target {', '.join(allow)} namespaces."
-                        ),
-                        "deny": {
-                            "conditions": {
-                                "any": [
-                                    {"key": selected, "operator": "AnyNotIn", "value": allow},
-                                    {"key": targeted, "operator": "AnyNotIn", "value": allow},
-                                ]
-                            }
-                        },
-                    },
-                },
-                {
-                    "name": "chaos-never-system-namespaces",
-                    "match": match,
-                    "validate": {
-                        "message": f"Chaos experiments never target {', '.join(NEVER_TARGET)}.",
-                        "deny": {
-                            "conditions": {
-                                "any": [
-                                    {
-                                        "key": selected,
-                                        "operator": "AnyIn",
-                                        "value": [*NEVER_TARGET],
-                                    },
-                                    {
-                                        "key": targeted,
-                                        "operator": "AnyIn",
-                                        "value": [*NEVER_TARGET],
-                                    },
-                                ]
-                            }
-                        },
-                    },
-                },
-                {
-                    "name": "chaos-namespaces-required",
-                    "match": match,
-                    "validate": {
-                        "message": "Chaos experiments must name the namespaces they select.",
-                        "deny": {
-                            "conditions": {
-                                "any": [
-                                    {
-                                        "key": "{{ length(request.object.spec.selector."
-                                        "namespaces || `[]`) }}",
-                                        "operator": "Equals",
-                                        "value": 0,
-                                    }
-                                ]
-                            }
-                        },
-                    },
-                },
-                {
-                    "name": "chaos-duration-required",
-                    "match": match,
-                    "validate": {
-                        "message": "Chaos experiments must have a duration (a hard cap).",
-                        "deny": {
-                            "conditions": {
-                                "any": [
-                                    {
-                                        "key": "{{ request.object.spec.duration || '' }}",
-                                        "operator": "Equals",
-                                        "value": "",
-                                    }
-                                ]
-                            }
-                        },
-                    },
-                },
-            ],
-        },
+        "spec": {"background": True, "rules": rules},
     }
-    return policy
 
 
 # --- rendering --------------------------------------------------------------------------------

@@ -6,6 +6,13 @@ enforces itself (say so to whoever deploys the manifest): the per-cell hourly qu
 flapping detection (twice in 90 minutes), the quarantined-fraction budget, per-XID actions
 (reset versus reboot versus never drain), burn-in before return, and paging once when a budget
 stops automation.
+
+NodeHealthCheck only reads node conditions; something on the node must set them. ``Ready`` is the
+kubelet's. The GPU conditions are firedrill's names, and no agent sets them out of the box: each
+needs a node agent that reads DCGM (or the kernel log for XIDs) and patches the node's status, such
+as node-problem-detector with a custom-plugin monitor, or NVSentinel's health monitors with their
+condition names mapped onto these. ``CONDITION_SOURCES`` says which, and the manifest carries it
+(``firedrill.dev/condition-sources``) so whoever deploys it knows what else must run.
 """
 
 from __future__ import annotations
@@ -23,6 +30,25 @@ NOT_EXPRESSIBLE = (
     "one page (QuarantineRateAnomalous) when a budget stops automation in a cell",
     "dry-run",
 )
+
+
+CONDITION_SOURCES: dict[str, str] = {
+    "Ready": "kubelet (built in)",
+    "GpuXidCritical": (
+        "a node agent reading XIDs (kernel log NVRM lines or DCGM_FI_DEV_XID_ERRORS): "
+        "node-problem-detector custom-plugin monitor, or NVSentinel's syslog/GPU health monitor "
+        "mapped to this name; not set by anything by default"
+    ),
+    "GpuEccDoubleBit": (
+        "a node agent reading DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (dcgmi or the DCGM exporter): "
+        "node-problem-detector custom-plugin monitor or NVSentinel's GPU health monitor mapped to "
+        "this name; not set by anything by default"
+    ),
+    "GpuPcieReplayStorm": (
+        "a node agent reading DCGM_FI_DEV_PCIE_REPLAY_COUNTER over 5 minutes: "
+        "node-problem-detector custom-plugin monitor; not set by anything by default"
+    ),
+}
 
 
 def node_health_check(policy: PolicySpec, *, name: str, cell: str | None = None) -> dict[str, Any]:
@@ -47,6 +73,9 @@ def node_health_check(policy: PolicySpec, *, name: str, cell: str | None = None)
             "annotations": {
                 "firedrill.dev/enforced-outside-nhc": "; ".join(NOT_EXPRESSIBLE),
                 "firedrill.dev/dry-run": str(policy.dry_run).lower(),
+                "firedrill.dev/condition-sources": "; ".join(
+                    f"{c['type']}: {CONDITION_SOURCES[c['type']]}" for c in conditions
+                ),
             },
         },
         "spec": {

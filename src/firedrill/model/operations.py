@@ -533,3 +533,26 @@ class Applied:
     inverse: Operation
     at_s: float
     notes: tuple[str, ...] = field(default=())
+
+
+# -- the drill conductor on a cluster ------------------------------------------------------------
+# Journal records of a drill conducted on a Kubernetes cluster: a Chaos Mesh Workflow carrying the
+# drill's timeline, created and deleted through the API. Only the Kubernetes conductor and
+# ``gameday recover`` (through the same adapter) apply them; a fleet never receives them, so they
+# are not members of ``Operation``.
+
+
+@dataclass(frozen=True)
+class CreateChaosWorkflow:
+    """A drill's Chaos Mesh Workflow, created on the cluster: its timeline starts."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteChaosWorkflow:
+    """Delete a drill's Workflow: Chaos Mesh ends every chaos it created (the auto-revert)."""
+
+    namespace: str
+    name: str

@@ -403,6 +403,19 @@ class RemediationController:
         self._tickets += 1
         return f"TKT-{self._tickets:05d}"
 
+    def adopt(self, quarantined: Sequence[str], now_s: float) -> None:
+        """Nodes found already quarantined when this controller starts (a new leader after a
+        failover, or a restart): they count against the cell's floor and, conservatively, as
+        quarantines of this hour and of the flapping window. Their remediation was another
+        controller's and is left to a human: nothing here resumes it."""
+        for node in quarantined:
+            cell = self.node_cell.get(node)
+            if cell is None:
+                continue
+            self._unavailable.setdefault(cell, set()).add(node)
+            self._quarantines.setdefault(cell, deque()).append(now_s)
+            self._node_history.setdefault(node, deque()).append(now_s)
+
     # -- reading back ---------------------------------------------------------------------------
     def resume_cell(self, cell: str) -> None:
         """A human resumes automation in a cell a budget paused."""
