@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from firedrill.app.gameday import Refused, run_gameday
-from firedrill.drill.journal import Journal
+from firedrill.adapters.journal_file import Journal
 from firedrill.drill.recover import RecoveryReport
 from firedrill.errors import FiredrillError
 from firedrill.model import operations as ops
