@@ -235,10 +235,13 @@ class BurnRateEvaluator:
     def _ratios_of(self, inc: F64) -> F64:
         """Error ratios [objectives, W, C] from increases [4 x objectives, W, C], as the rules
         write them: ``1 - clamp(fast/all)``, ``clamp(5xx/all)``, and for goodput
-        ``1 - ((1 - clamp(5xx/all)) * clamp(fast/all))``."""
+        ``1 - ((1 - clamp(5xx/all)) * clamp(fast/all) or (1 - clamp(5xx/all)))``."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            first = np.clip(inc[0::ROWS] / inc[1::ROWS], 0.0, 1.0)
-            second = np.clip(inc[2::ROWS] / inc[3::ROWS], 0.0, 1.0)
+            # Without events a ratio is absent (NaN never fires); goodput then counts the
+            # answered share alone.
+            den_a, den_b = inc[1::ROWS], inc[3::ROWS]
+            first = np.where(den_a > 0, np.clip(inc[0::ROWS] / den_a, 0.0, 1.0), np.nan)
+            second = np.where(den_b > 0, np.clip(inc[2::ROWS] / den_b, 0.0, 1.0), 1.0)
         sli = self._sli[:, None, None]
         out: F64 = np.where(
             sli == _SLI_CODE["ttft"],

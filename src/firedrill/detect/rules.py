@@ -78,9 +78,10 @@ def _ratio(num: str, den: str) -> str:
     Within one family both counters share their scrape timestamps, so Prometheus extrapolates
     both the same way and the numerator's increase cannot pass the denominator's; only a
     restart that one counter's reset detection misses (its first sample after the restart above
-    its last before) could. The clamp keeps that case a ratio too.
+    its last before) could. The clamp keeps that case a ratio too. Without events the ratio is
+    absent, not NaN (``den > 0``).
     """
-    return f"clamp({num} / {den}, 0, 1)"
+    return f"clamp({num} / ({den} > 0), 0, 1)"
 
 
 def ttft_good_share_expr(o: Objective, window: str) -> str:
@@ -110,8 +111,10 @@ def sli_error_expr(o: Objective, window: str) -> str:
         return f"1 - {ttft_good_share_expr(o, window)}"
     if o.sli == "availability":
         return http_bad_ratio_expr(o, window)
+    # Without a first token in the window the fast share is absent and the answered share alone
+    # counts (all 5xx: goodput 0, not NaN).
     ok = f"(1 - {http_bad_ratio_expr(o, window)})"
-    return f"1 - ({ok} * {ttft_good_share_expr(o, window)})"
+    return f"1 - ({ok} * {ttft_good_share_expr(o, window)} or {ok})"
 
 
 def _good_ttft(o: Objective, window: str) -> str:
