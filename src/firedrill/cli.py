@@ -326,7 +326,7 @@ def twin_serve(
     from firedrill.adapters.metrics_server import MetricsServer
     from firedrill.adapters.twin_api import control_api
     from firedrill.twin.engine import Twin
-    from firedrill.twin.exposition import to_openmetrics, to_prometheus_text
+    from firedrill.twin.exposition import exporter_labels, to_openmetrics, to_prometheus_text
 
     spec, _ = _load_fleet(fleet)
     twin = Twin(spec, seed, hours_hint=max(hours, 1.0))
@@ -335,7 +335,7 @@ def twin_serve(
     def latest() -> tuple[float, list[Series]]:
         with lock:
             t = twin.store.times[-1] if twin.store.times else 0.0
-            return t, [_public(s) for s in _all_series(twin, t, t)]
+            return t, exporter_labels([_public(s) for s in _all_series(twin, t, t)])
 
     def render() -> str:
         _, series = latest()
