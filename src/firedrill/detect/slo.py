@@ -147,6 +147,35 @@ class ExporterVersions(_Strict):
         return v
 
 
+LabelKey = Annotated[
+    str, Field(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+]
+
+
+class ScrapeSpec(_Strict):
+    """How the fleet's exporters are found and how ``cell``/``region`` get onto their series.
+
+    vLLM and dcgm-exporter never write ``cell`` or ``region``; the generated ServiceMonitor
+    (vLLM) and PodMonitor (dcgm-exporter) copy them from the labels of the node the pod runs on,
+    and copy the served model's name from a pod annotation onto vLLM's ``http_*`` series, which
+    carry no ``model_name`` of their own.
+    """
+
+    namespace: Annotated[str, Field(pattern=NAME_RE)] = "monitoring"
+    interval: Duration = "15s"
+    cell_node_label: LabelKey = "firedrill.dev/cell"
+    region_node_label: LabelKey = "topology.kubernetes.io/region"
+    served_model_annotation: LabelKey = "firedrill.dev/served-model-name"
+    vllm_selector: dict[LabelKey, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "vllm"}
+    )
+    vllm_port: Annotated[str, Field(pattern=r"^[a-z0-9-]{1,15}$")] = "http"
+    dcgm_selector: dict[LabelKey, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "dcgm-exporter"}
+    )
+    dcgm_port: Annotated[str, Field(pattern=r"^[a-z0-9-]{1,15}$")] = "metrics"
+
+
 class SloSpec(_Strict):
     service: Annotated[str, Field(pattern=NAME_RE)] = "inference"
     exporters: ExporterVersions = ExporterVersions()
@@ -159,6 +188,7 @@ class SloSpec(_Strict):
     quality: QualityAlerting = QualityAlerting()  # golden-set ModelQualityBurn per digest
     prefill_decode: PdImbalanceAlerting = PdImbalanceAlerting()  # PrefillDecodeImbalance
     routing: RoutingSpec = RoutingSpec()
+    scrape: ScrapeSpec = ScrapeSpec()  # the generated ServiceMonitor and PodMonitor
     # Generate the rule groups on series only the twin and firedrill's own components emit
     # (firedrill_*, gpu_quarantine_actions_total): quality, prefill/decode, security tripwires,
     # remediation guardrails, hydrate origin errors. Off: a real fleet would never fire them.
