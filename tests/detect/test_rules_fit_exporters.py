@@ -67,7 +67,7 @@ def _problems(spec: SloSpec, sel: Selector, recorded: set[str]) -> list[str]:
             if not sel.name.endswith("_bucket") or float(m.value) not in fam.buckets:
                 out.append(f'{sel.name}: le="{m.value}" is not a boundary of {cat.exporter}')
             continue
-        if m.label not in allowed:
+        if m.label not in allowed and not fam.has_label(m.label):
             out.append(f"{sel.name}: {cat.exporter} {cat.version} has no label {m.label}")
             continue
         fixed = fam.label_values.get(m.label)

@@ -71,6 +71,13 @@ class MetricFamily:
     buckets: tuple[float, ...] = ()
     label_values: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
     default_on: bool = True  # False: present only when the exporter's config enables it
+    label_prefix: str = ""  # labels made from data (kube_node_labels' label_<key>)
+
+    def has_label(self, label: str) -> bool:
+        """Whether the exporter writes ``label`` on this family."""
+        return label in self.labels or bool(
+            self.label_prefix and label.startswith(self.label_prefix)
+        )
 
     def sample_names(self) -> frozenset[str]:
         """Names of the samples this family exposes."""
@@ -320,6 +327,10 @@ KUBE_STATE_METRICS = Catalog(
         MetricFamily(
             "kube_node_spec_taint", "gauge", "The taint of a cluster node.",
             frozenset({"node", "key", "value", "effect"}),
+        ),
+        MetricFamily(
+            "kube_node_labels", "gauge", "Kubernetes labels converted to Prometheus labels.",
+            frozenset({"node"}), label_prefix="label_",
         ),
         MetricFamily(
             "kube_node_spec_unschedulable", "gauge",
