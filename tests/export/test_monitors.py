@@ -9,8 +9,10 @@ The alertmanager.yml with every kind of receiver goes through amtool.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import subprocess
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +196,86 @@ def test_every_kind_of_receiver_passes_amtool(tmp_path: Path) -> None:
 def test_a_receiver_must_go_somewhere() -> None:
     with pytest.raises(ValueError, match="needs a webhook URL"):
         Receiver(webhook_urls=[])
+
+
+def _snake(relabel: dict[str, Any]) -> dict[str, Any]:
+    """A prometheus-operator RelabelConfig as Prometheus's own ``relabel_config``."""
+    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return {keys.get(k, k): v for k, v in relabel.items()}
+
+
+def test_a_real_prometheus_gives_vllm_http_series_the_served_model(tmp_path: Path) -> None:
+    """The ServiceMonitor's metric relabeling, run by Prometheus itself on what a vLLM pod
+    exposes, with the target labels its relabelings would have made from the pod and node."""
+    from firedrill.adapters.metrics_server import MetricsServer
+    from tests.adapters.test_twin_serve import (
+        free_port,
+        get,
+        prometheus_binary,
+        stop_process,
+        wait_for,
+    )
+
+    exposed = (
+        "# TYPE http_requests_total counter\n"
+        'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 7\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="own-name"} 3\n'
+    )
+    endpoint = service_monitor(ScrapeSpec())["spec"]["endpoints"][0]
+    with MetricsServer(lambda: exposed) as pod:
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [
+                {
+                    "job_name": "vllm",
+                    "static_configs": [
+                        {
+                            "targets": [pod.url.removeprefix("http://")],
+                            # what the relabelings make of the node's labels and the annotation
+                            "labels": {
+                                "cell": "use1-a",
+                                "region": "us-east-1",
+                                "firedrill_served_model": "llm-70b",
+                            },
+                        }
+                    ],
+                    "metric_relabel_configs": [_snake(r) for r in endpoint["metricRelabelings"]],
+                }
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        url = f"http://127.0.0.1:{free_port()}"
+        with (tmp_path / "prometheus.log").open("wb") as log:
+            process = subprocess.Popen(
+                [
+                    prometheus_binary(),
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'data'}",
+                    f"--web.listen-address={url.removeprefix('http://')}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+
+            def query(promql: str) -> list[dict[str, Any]]:
+                try:
+                    status, _, body = get(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}")
+                except OSError:  # not listening yet
+                    return []
+                if status != 200:
+                    return []
+                result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
+                return result
+
+            wait_for("both series scraped", lambda: len(query('{job="vllm", cell="use1-a"}')) >= 2)
+            (http,) = query("http_requests_total")
+            (engine,) = query("vllm:num_requests_running")
+        finally:
+            stop_process(process)
+    assert http["metric"]["model_name"] == "llm-70b"
+    assert engine["metric"]["model_name"] == "own-name"  # vLLM's own label wins
+    for series in (http, engine):
+        assert "firedrill_served_model" not in series["metric"]
+        assert series["metric"]["region"] == "us-east-1"
