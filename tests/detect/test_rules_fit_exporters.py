@@ -189,7 +189,12 @@ def test_a_threshold_off_the_buckets_is_a_spec_error_with_its_line(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "exporters",
-    [{"vllm": "0.9.2"}, {"dcgm_exporter": "3.3.8-3.6.0"}, {"dcgm_extra_fields": ["DCGM_FI_X"]}],
+    [
+        {"vllm": "0.9.2"},
+        {"vllm": 0.17},  # YAML's float: "0.10" would read 0.1
+        {"dcgm_exporter": "3.3.8-3.6.0"},
+        {"dcgm_extra_fields": ["DCGM_FI_X"]},
+    ],
 )
 def test_unknown_exporter_facts_are_refused(exporters: dict[str, object]) -> None:
     with pytest.raises(ValidationError, match="exporters"):

@@ -122,6 +122,14 @@ class ExporterVersions(_Strict):
     # Fields the fleet's dcgm-exporter counters CSV enables beyond the default one.
     dcgm_extra_fields: list[str] = Field(default_factory=list)
 
+    @field_validator("vllm", "dcgm_exporter", mode="before")
+    @classmethod
+    def _quoted(cls, v: object) -> object:
+        # YAML reads `vllm: 0.10` as the float 0.1: the release would be lost, so refuse it.
+        if isinstance(v, int | float):
+            raise ValueError(f'write the release as a string, e.g. "{v}" in quotes')
+        return v
+
     @field_validator("vllm")
     @classmethod
     def _known_vllm(cls, v: str) -> str:
