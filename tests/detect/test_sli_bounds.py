@@ -182,7 +182,7 @@ SCENARIOS = st.builds(
 
 # Few examples of three scenarios each: one promtool run per example. No shrinking (each step
 # is a promtool run); a failure prints the scenarios, which replay exactly (derandomized).
-@settings(max_examples=5, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
+@settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
 @given(scenarios=st.lists(SCENARIOS, min_size=3, max_size=3))
 def test_error_ratios_stay_in_range_under_prometheus(
     tmp_path_factory: pytest.TempPathFactory, scenarios: list[Scenario]
