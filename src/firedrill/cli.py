@@ -435,8 +435,8 @@ def rules_generate(
         f"rules fit vLLM {e.vllm} and dcgm-exporter {e.dcgm_exporter}"
         + (f" (+ {', '.join(e.dcgm_extra_fields)})" if e.dcgm_extra_fields else "")
         + (
-            "; twin-only groups included (twin_series: true), each series guarded by a "
-            "TwinOnlySeriesAbsent ticket"
+            "; twin-only groups included (twin_series: true), guarded by a "
+            "TwinOnlySeriesAbsent ticket where the twin's series are missing"
             if spec.twin_series
             else "; twin-only groups (quality, prefill/decode, security, guardrails) left out: "
             "set twin_series: true to include them"

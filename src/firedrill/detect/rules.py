@@ -12,9 +12,10 @@ Node-scoped alerts carry ``node`` (copied from DCGM's host label) for the node i
 The rules fit the real exporters of the versions the spec names (``model.exporters``): histogram
 thresholds sit on real bucket boundaries, every SLI is a ratio of series of one metric family (so
 it stays in [0, 1] at startup, under 5xx and across restarts), and rules on series only the twin
-emits (``firedrill_*``) are generated only when the spec sets ``twin_series``, with an
-``absent()`` ticket per such series. ``tests/detect/test_rules_fit_exporters.py`` holds every
-generated selector to the reference lists.
+emits (``firedrill_*``) are generated only when the spec sets ``twin_series``, with one
+``absent()`` ticket that fires where the twin's series are missing.
+``tests/detect/test_rules_fit_exporters.py`` holds every generated selector to the reference
+lists.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ TWIN_ONLY_CAUSES = frozenset({"HydrateOrigin5xx"})
 # Series firedrill's own components emit (no exporter of the reference does).
 FIREDRILL_OWN_SERIES = frozenset({"gpu_quarantine_actions_total"})
 TWIN_SERIES_ABSENT = "TwinOnlySeriesAbsent"
+TWIN_MARKER = "firedrill_cell_nodes"  # written by the twin for every cell at every scrape
 
 
 def _le(threshold_s: float) -> str:
@@ -515,39 +517,36 @@ def twin_groups(spec: SloSpec) -> list[dict[str, Any]]:
 
 
 def twin_series_guard(spec: SloSpec, groups: list[dict[str, Any]]) -> dict[str, Any]:
-    """One ticket per twin-only series the rules read, firing while no such series exists.
+    """One ticket, firing while the twin's own series are missing: the twin-only rules are
+    inert on this fleet.
 
-    With ``twin_series`` on and a real fleet behind Prometheus, the rules on these series are
-    inert; this says so instead of staying silent.
+    The marker is ``firedrill_cell_nodes``, which the twin writes for every cell at every scrape.
+    The twin-only series themselves cannot be the guard: many are counters that appear only at
+    their first event (a quarantine, a sandbox connection), so ``absent()`` on them would fire on
+    the twin too. The annotation names every twin-only series the rules read.
     """
-    names: dict[str, list[str]] = {}
+    names: dict[str, set[str]] = {}
     for g in groups:
         for r in g["rules"]:
             for sel in selectors(str(r["expr"])):
                 if is_twin_series(sel.name):
-                    names.setdefault(sel.name, [])
-                    if g["name"] not in names[sel.name]:
-                        names[sel.name].append(g["name"])
-    rules = [
-        {
-            "alert": TWIN_SERIES_ABSENT,
-            "expr": f"absent({name})",
-            "for": "1h",
-            "labels": {"severity": "ticket", "team": "observability", "cell": "fleet",
-                       "series": name},
-            "annotations": {
-                "summary": f"No {name} series: the rules of {', '.join(sorted(used))} read it "
-                "and are inert here",
-                "description": (
-                    f"{name} is emitted by the firedrill twin (or firedrill's own components), "
-                    "not by vLLM, dcgm-exporter or kube-state-metrics. Set twin_series: false "
-                    "in the SLO spec for a fleet without them."
-                ),
-            },
-        }
-        for name, used in sorted(names.items())
-    ]  # fmt: skip
-    return {"name": "twin-series-guard", "interval": spec.evaluation_interval, "rules": rules}
+                    names.setdefault(sel.name, set()).add(str(g["name"]))
+    listed = "; ".join(f"{n} ({', '.join(sorted(gs))})" for n, gs in sorted(names.items()))
+    rule = {
+        "alert": TWIN_SERIES_ABSENT,
+        "expr": f"absent({TWIN_MARKER})",
+        "for": "1h",
+        "labels": {"severity": "ticket", "team": "observability", "cell": "fleet"},
+        "annotations": {
+            "summary": "No firedrill twin series here: the twin-only rule groups are inert",
+            "description": (
+                "These rules read series only the firedrill twin (or firedrill's own components) "
+                f"emit, and {TWIN_MARKER} is absent: {listed}. Set twin_series: false in the SLO "
+                "spec for a fleet without them."
+            ),
+        },
+    }
+    return {"name": "twin-series-guard", "interval": spec.evaluation_interval, "rules": [rule]}
 
 
 def is_twin_series(name: str) -> bool:
@@ -557,7 +556,7 @@ def is_twin_series(name: str) -> bool:
 
 def generate(spec: SloSpec) -> RuleSet:
     """The rules a fleet loads: only what its exporters (of the spec's versions) feed, plus the
-    twin-only groups, each series guarded by an ``absent()`` ticket, when the spec asks."""
+    twin-only groups, guarded by an ``absent()`` ticket, when the spec asks."""
     groups = [slo_group(spec, o) for o in spec.objectives]
     groups.append(cause_group(spec, for_fleet=True))
     if spec.twin_series:
