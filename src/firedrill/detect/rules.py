@@ -60,7 +60,7 @@ API_HANDLERS = "/v1/.+"
 
 
 def _sel(o: Objective, extra: str = "") -> str:
-    inner = f'model_name="{o.model}"'
+    inner = f"model_name={_q(o.model)}"
     return "{" + inner + (f", {extra}" if extra else "") + "}"
 
 
@@ -132,7 +132,8 @@ def sli_events_expr(o: Objective, window: str) -> str:
 
 
 def _q(s: str) -> str:
-    return '"' + s + '"'
+    """A PromQL string literal (a model name is the spec author's text)."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def alert_name(o: Objective, tier: BurnTier) -> str:
