@@ -2,7 +2,7 @@
 
 A scrape of the demo fleet is rendered the way ``twin serve`` renders it (``exporter_labels``
 then ``to_prometheus_text``) and held to the reference lists (``firedrill.model.exporters``):
-each exporter family's name, type, ``# HELP``, labels and ``le`` boundaries. ``promtool check
+each exporter family's name, type, help text, labels and ``le`` boundaries. ``promtool check
 metrics`` must find nothing but what it finds in the real exporters' own output too: the colon
 of vLLM's names and dcgm-exporter's counters without ``_total``.
 """

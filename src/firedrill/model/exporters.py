@@ -5,7 +5,9 @@ only worth trusting if its ``/metrics`` looks like that fleet's. Both are checke
 catalog. Its source is the project's reference ``shared/reference/exporter-metrics.md`` (facts
 read from vLLM, dcgm-exporter, prometheus-fastapi-instrumentator and kube-state-metrics at named
 commits); every entry below restates a row of that document, nothing more. Where the document does
-not say something (a metric's first release, say), the catalog does not claim it either.
+not say something (a metric's first release, say), the catalog does not claim it either. The
+``# HELP`` texts are ours, written from the reference's description of each metric; only names,
+labels, values and buckets are exact.
 
 Versions are part of the facts: names drift between releases, so an SLO spec names the exporter
 versions it targets (``SloSpec.exporters``) and ``vllm_catalog`` / ``dcgm_catalog`` answer for
@@ -130,66 +132,68 @@ def vllm_catalog(version: str) -> Catalog:
     reasons = FINISHED_REASONS + (("repetition",) if v[:2] >= _VLLM_REPETITION_FROM else ())
     fams: list[MetricFamily] = [
         MetricFamily(
-            "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+            "vllm:num_requests_running", "gauge", "Requests in the engine's running batches.",
             _VLLM_ENGINE,
         ),
         MetricFamily(
-            "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+            "vllm:num_requests_waiting", "gauge",
+            "Requests queued in the engine, not yet scheduled.", _VLLM_ENGINE,
+        ),
+        MetricFamily(
+            "vllm:kv_cache_usage_perc", "gauge", "Share of the KV cache in use, 0 to 1.",
             _VLLM_ENGINE,
         ),
         MetricFamily(
-            "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-            _VLLM_ENGINE,
-        ),
-        MetricFamily(
-            "vllm:request_success_total", "counter", "Count of successfully processed requests.",
+            "vllm:request_success_total", "counter",
+            "Requests the engine finished, by finish reason.",
             _VLLM_ENGINE | {"finished_reason"}, label_values=_values(finished_reason=reasons),
         ),
         MetricFamily(
-            "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the "
-            "engine.", _VLLM_ENGINE,
-        ),
-        MetricFamily(
-            "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+            "vllm:num_preemptions_total", "counter", "Requests preempted by the engine.",
             _VLLM_ENGINE,
         ),
         MetricFamily(
-            "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+            "vllm:prompt_tokens_total", "counter", "Prompt tokens processed.",
+            _VLLM_ENGINE,
+        ),
+        MetricFamily(
+            "vllm:generation_tokens_total", "counter", "Tokens generated.",
             _VLLM_ENGINE,
         ),
         MetricFamily(
             "vllm:time_to_first_token_seconds", "histogram",
-            "Histogram of time to first token in seconds.", _VLLM_ENGINE,
+            "Seconds from a request's arrival to its first output token.", _VLLM_ENGINE,
             buckets=VLLM_TTFT_BUCKETS_S,
         ),
         MetricFamily(
             "vllm:inter_token_latency_seconds", "histogram",
-            "Histogram of inter-token latency in seconds.", _VLLM_ENGINE,
+            "Seconds between consecutive output tokens, per engine step.", _VLLM_ENGINE,
             buckets=VLLM_ITL_BUCKETS_S,
         ),
         MetricFamily(
             "vllm:request_time_per_output_token_seconds", "histogram",
-            "Histogram of time_per_output_token_seconds per request.", _VLLM_ENGINE,
+            "Mean seconds per output token of each finished request.", _VLLM_ENGINE,
             buckets=VLLM_ITL_BUCKETS_S,
         ),
         MetricFamily(
             "vllm:e2e_request_latency_seconds", "histogram",
-            "Histogram of e2e request latency in seconds.", _VLLM_ENGINE,
+            "Seconds from a request's arrival to its end.", _VLLM_ENGINE,
             buckets=VLLM_REQUEST_LATENCY_BUCKETS_S,
         ),
         MetricFamily(
             "vllm:request_queue_time_seconds", "histogram",
-            "Histogram of time spent in WAITING phase for request.", _VLLM_ENGINE,
+            "Seconds a request spent queued before running.", _VLLM_ENGINE,
             buckets=VLLM_REQUEST_LATENCY_BUCKETS_S,
         ),
         MetricFamily(
-            "http_requests_total", "counter", "Total number of requests by method, status and "
-            "handler.", frozenset({"handler", "method", "status"}),
+            "http_requests_total", "counter", "HTTP requests by route, method and status class.",
+            frozenset({"handler", "method", "status"}),
             label_values=_values(status=HTTP_STATUS_GROUPS),
         ),
         MetricFamily(
-            "http_request_duration_seconds", "histogram", "Latency with only few buckets by "
-            "handler.", frozenset({"handler", "method"}), buckets=HTTP_DURATION_BUCKETS_S,
+            "http_request_duration_seconds", "histogram",
+            "HTTP request seconds by route and method.", frozenset({"handler", "method"}),
+            buckets=HTTP_DURATION_BUCKETS_S,
         ),
     ]  # fmt: skip
     if v[:2] < _VLLM_TPOT_HIDDEN_FROM:
@@ -197,8 +201,8 @@ def vllm_catalog(version: str) -> Catalog:
             MetricFamily(
                 "vllm:time_per_output_token_seconds",
                 "histogram",
-                "Histogram of time per output token in seconds. DEPRECATED: Use "
-                "vllm:inter_token_latency_seconds instead.",
+                "Seconds between consecutive output tokens (the name before "
+                "vllm:inter_token_latency_seconds).",
                 _VLLM_ENGINE,
                 buckets=VLLM_ITL_BUCKETS_S,
             )
@@ -219,63 +223,59 @@ _DCGM_GPU = frozenset(
      "GPU_I_PROFILE", "GPU_I_ID", "pod", "namespace", "container"}
 )  # fmt: skip
 
-# (name, kind, help, default_on); help texts are the exporter's CSV comments, shortened.
+# (name, kind, help, default_on); help texts in our words, after the reference's meanings.
 _DCGM_FIELDS: tuple[tuple[str, Kind, str, bool], ...] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", True),
-    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", True),
-    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", True),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", True),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", True),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock, MHz.", True),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock, MHz.", True),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature, degrees C.", True),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature, degrees C.", True),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw, W.", True),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
-     "Total energy consumption since boot (in mJ).", True),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", True),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", True),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", True),
-    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", True),
-    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", True),
-    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", True),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", "Frame buffer memory free (in MiB).", True),
-    ("DCGM_FI_DEV_FB_USED", "gauge", "Frame buffer memory used (in MiB).", True),
-    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Frame buffer memory reserved (in MiB).", True),
+     "Energy used since boot, mJ.", True),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "PCIe replays (retries).", True),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization, percent.", True),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory copy utilization, percent.", True),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization, percent.", True),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization, percent.", True),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Code of the most recent XID (not a count).", True),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Free framebuffer memory, MiB.", True),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Used framebuffer memory, MiB.", True),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Reserved framebuffer memory, MiB.", True),
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
-     "Total number of NVLink bandwidth counters for all lanes.", True),
-    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status.", True),
+     "NVLink traffic over all lanes.", True),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU licence status.", True),
     ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
-     "Number of remapped rows for uncorrectable errors.", True),
+     "Rows remapped after uncorrectable errors.", True),
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
-     "Number of remapped rows for correctable errors.", True),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed.", True),
+     "Rows remapped after correctable errors.", True),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "1 when a row remap failed.", True),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge",
-     "Ratio of time the graphics engine is active.", True),
+     "Share of time the graphics engine is busy, 0 to 1.", True),
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
-     "Ratio of cycles the tensor (HMMA) pipe is active.", True),
+     "Share of cycles the tensor pipe is busy, 0 to 1.", True),
     ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
-     "Ratio of cycles the device memory interface is active sending or receiving data.", True),
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus.",
+     "Share of cycles device memory is moving data, 0 to 1.", True),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe bytes sent per second.",
      True),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus.",
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe bytes received per second.",
      True),
     # Commented out in default-counters.csv: absent unless the operator's CSV enables them.
-    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC "
-     "errors.", False),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC "
-     "errors.", False),
-    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter", "Total number of single-bit persistent ECC "
-     "errors.", False),
-    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "Total number of double-bit persistent ECC "
-     "errors.", False),
-    ("DCGM_FI_DEV_RETIRED_SBE", "counter", "Total number of retired pages due to single-bit "
-     "errors.", False),
-    ("DCGM_FI_DEV_RETIRED_DBE", "counter", "Total number of retired pages due to double-bit "
-     "errors.", False),
-    ("DCGM_FI_DEV_RETIRED_PENDING", "counter", "Total number of pages pending retirement.",
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Single-bit ECC errors since the driver loaded.",
      False),
-    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints "
-     "(in ns).", False),
-    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal "
-     "constraints (in ns).", False),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Double-bit ECC errors since the driver loaded.",
+     False),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter", "Single-bit ECC errors over the GPU's life.",
+     False),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "Double-bit ECC errors over the GPU's life.",
+     False),
+    ("DCGM_FI_DEV_RETIRED_SBE", "counter", "Pages retired after single-bit errors.", False),
+    ("DCGM_FI_DEV_RETIRED_DBE", "counter", "Pages retired after double-bit errors.", False),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "counter", "Pages waiting to be retired.",
+     False),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Time throttled by the power limit, ns.", False),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Time throttled by temperature, ns.", False),
     # Not in the CSV at all: only a custom CSV naming field 396 makes the exporter emit it.
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending.", False),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "1 when a row remap waits for a GPU reset.", False),
 )  # fmt: skip
 
 
@@ -320,34 +320,35 @@ KUBE_STATE_METRICS = Catalog(
     "2.20",
     (
         MetricFamily(
-            "kube_node_status_condition", "gauge", "The condition of a cluster node.",
+            "kube_node_status_condition", "gauge", "A node's condition: 1 on its current status.",
             frozenset({"node", "condition", "status"}),
             label_values=_values(status=("true", "false", "unknown")),
         ),
         MetricFamily(
-            "kube_node_spec_taint", "gauge", "The taint of a cluster node.",
+            "kube_node_spec_taint", "gauge", "A taint on a node (1 per taint).",
             frozenset({"node", "key", "value", "effect"}),
         ),
         MetricFamily(
-            "kube_node_labels", "gauge", "Kubernetes labels converted to Prometheus labels.",
+            "kube_node_labels", "gauge", "A node's allow-listed labels as label_<key>.",
             frozenset({"node"}), label_prefix="label_",
         ),
         MetricFamily(
             "kube_node_spec_unschedulable", "gauge",
-            "Whether a node can schedule new pods.", frozenset({"node"}),
+            "1 when a node is cordoned.", frozenset({"node"}),
         ),
         MetricFamily(
-            "kube_pod_status_ready", "gauge", "Describes whether the pod is ready to serve "
-            "requests.", frozenset({"namespace", "pod", "uid", "condition"}),
+            "kube_pod_status_ready", "gauge",
+            "A pod's Ready condition (true, false, unknown).",
+            frozenset({"namespace", "pod", "uid", "condition"}),
         ),
         MetricFamily(
             "kube_deployment_status_replicas_available", "gauge",
-            "The number of available replicas per deployment.",
+            "Available replicas of a Deployment.",
             frozenset({"namespace", "deployment"}),
         ),
         MetricFamily(
             "kube_deployment_spec_replicas", "gauge",
-            "Number of desired pods for a deployment.", frozenset({"namespace", "deployment"}),
+            "Desired replicas of a Deployment.", frozenset({"namespace", "deployment"}),
         ),
     ),
 )  # fmt: skip
