@@ -16,8 +16,9 @@ types ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER`` a counter without the suffix).
 
 What a scrape sees (``to_prometheus_text``, and ``to_openmetrics`` at an instant) is written by
 ``prometheus_client``, the library vLLM itself exposes with: each family's real type and a
-``# HELP`` line (``firedrill.model.exporters``). ``exporter_labels`` adds the labels the real exporters write that the twin's
-series leave out (vLLM's ``engine``, dcgm-exporter's ``device``, ``UUID``, ``pci_bus_id``). The
+``# HELP`` line (``firedrill.model.exporters``). ``exporter_labels`` adds the labels the real
+exporters write that the twin's series leave out (vLLM's ``engine``, dcgm-exporter's ``device``,
+``UUID``, ``pci_bus_id``). The
 twin serves the whole fleet from one endpoint, so its series also carry the target labels a real
 fleet's ServiceMonitor/PodMonitor adds at scrape time (``cell``, ``region``, and ``model_name`` on
 vLLM's ``http_*`` series; see ``firedrill.export.monitors``).
