@@ -340,7 +340,7 @@ def twin_serve(
     from firedrill.adapters.metrics_server import MetricsServer
     from firedrill.adapters.twin_api import control_api
     from firedrill.twin.engine import Twin
-    from firedrill.twin.exposition import to_openmetrics, to_prometheus_text
+    from firedrill.twin.exposition import exporter_labels, to_openmetrics, to_prometheus_text
 
     spec, _ = _load_fleet(fleet)
     twin = Twin(spec, seed, hours_hint=max(hours, 1.0))
@@ -349,7 +349,7 @@ def twin_serve(
     def latest() -> tuple[float, list[Series]]:
         with lock:
             t = twin.store.times[-1] if twin.store.times else 0.0
-            return t, [_public(s) for s in _all_series(twin, t, t)]
+            return t, exporter_labels([_public(s) for s in _all_series(twin, t, t)])
 
     def render() -> str:
         _, series = latest()
@@ -407,6 +407,8 @@ def _load_slo(path: Path) -> Any:
 RULE_FILE = "rules.yml"
 PROMETHEUS_RULE = "prometheusrule.yaml"
 ALERTMANAGER = "alertmanager.yml"
+SERVICE_MONITOR = "servicemonitor-vllm.yaml"
+POD_MONITOR = "podmonitor-dcgm-exporter.yaml"
 
 
 @rules_app.command("generate")
@@ -416,11 +418,13 @@ def rules_generate(
     name: Annotated[str, typer.Option(help="PrometheusRule name.")] = "firedrill-slos",
     namespace: Annotated[str, typer.Option(help="PrometheusRule namespace.")] = "monitoring",
 ) -> None:
-    """Write the PrometheusRule manifest, the plain rule file and alertmanager.yml."""
+    """Write the PrometheusRule manifest, the plain rule file, alertmanager.yml, and the
+    ServiceMonitor/PodMonitor that put cell and region on vLLM's and dcgm-exporter's series."""
     import yaml
 
     from firedrill.detect.alertmanager import alertmanager_yaml
     from firedrill.detect.rules import generate
+    from firedrill.export.monitors import pod_monitor, service_monitor
 
     spec = _load_slo(slo)
     ruleset = generate(spec)
@@ -434,13 +438,35 @@ def rules_generate(
         dump(ruleset.prometheus_rule(name=name, namespace=namespace))
     )
     (out / ALERTMANAGER).write_text(alertmanager_yaml(spec.routing))
+    (out / SERVICE_MONITOR).write_text(dump(service_monitor(spec.scrape)))
+    (out / POD_MONITOR).write_text(dump(pod_monitor(spec.scrape)))
     n_rules = sum(len(g["rules"]) for g in ruleset.groups)
     n_alerts = sum(1 for g in ruleset.groups for r in g["rules"] if "alert" in r)
     console.print(
         f"wrote {n_rules} rules ({n_alerts} alerts) in {len(ruleset.groups)} groups to "
         f"[bold]{out / RULE_FILE}[/] and [bold]{out / PROMETHEUS_RULE}[/]; "
-        f"routing to [bold]{out / ALERTMANAGER}[/]"
+        f"routing to [bold]{out / ALERTMANAGER}[/]; scrape labels to "
+        f"[bold]{out / SERVICE_MONITOR}[/] and [bold]{out / POD_MONITOR}[/]"
     )
+    e = spec.exporters
+    console.print(
+        f"rules fit vLLM {e.vllm} and dcgm-exporter {e.dcgm_exporter}"
+        + (f" (+ {', '.join(e.dcgm_extra_fields)})" if e.dcgm_extra_fields else "")
+        + (
+            "; twin-only groups included (twin_series: true), guarded by a "
+            "TwinOnlySeriesAbsent ticket where the twin's series are missing"
+            if spec.twin_series
+            else "; twin-only groups (quality, prefill/decode, security, guardrails) left out: "
+            "set twin_series: true to include them"
+        ),
+        markup=False,
+    )
+    if spec.routing.receivers.is_placeholder():
+        err.print(
+            "warning: alertmanager.yml sends to placeholder receivers; set routing.receivers "
+            "in the SLO spec (see docs/alerting-receivers.md)",
+            markup=False,
+        )
 
 
 @rules_app.command("check")

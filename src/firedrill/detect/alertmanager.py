@@ -12,14 +12,19 @@ empty), so an ``equal: [cell]`` rule alone would let one alert without ``cell`` 
 matching alert without ``cell`` fleet-wide. Each rule therefore also requires its ``equal`` labels
 to be non-empty on both the source and the target.
 
+Receivers default to ``firedrill serve``'s webhook on loopback (``/api/v1/alerts/webhook``), not
+to a pager: a team sets PagerDuty, Slack or its own webhooks per receiver (secrets read from
+files, never written into the config), and ``rules generate`` warns until it has.
+
 Pure: values in, a dict or YAML text out. Matchers use the 0.22+ ``matchers`` syntax, not the
-deprecated ``match``/``match_re``.
+deprecated ``match``/``match_re``. Targets Alertmanager 0.25 (``routing_key_file``,
+``api_url_file``, ``credentials_file``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,14 +34,67 @@ WebhookUrl = Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")]
 LabelName = Annotated[str, Field(pattern=LABEL_NAME_RE)]
 
 
-class Receivers(BaseModel):
-    """Webhook URL of each receiver; the defaults point at the discard port on loopback."""
+# Where ``firedrill serve`` receives Alertmanager's webhooks (the v4 payload), on this host.
+FIREDRILL_SERVE_WEBHOOK = "http://127.0.0.1:8080/api/v1/alerts/webhook"
+AbsolutePath = Annotated[str, Field(pattern=r"^/\S+$")]
+
+
+class PagerDuty(BaseModel):
+    """A PagerDuty Events API v2 integration; the routing key is read from a file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    page: WebhookUrl = "http://127.0.0.1:9/page"
-    ticket: WebhookUrl = "http://127.0.0.1:9/ticket"
-    security: WebhookUrl = "http://127.0.0.1:9/security"
+    routing_key_file: AbsolutePath
+    severity: Literal["critical", "error", "warning", "info"] = "critical"
+
+
+class Slack(BaseModel):
+    """A Slack incoming webhook; its URL (a secret) is read from a file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api_url_file: AbsolutePath
+    channel: Annotated[str, Field(pattern=r"^[#@]?[a-z0-9._-]{1,80}$")]
+
+
+class Receiver(BaseModel):
+    """Where one receiver's notifications go: webhooks, PagerDuty, Slack, in any combination."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    webhook_urls: list[WebhookUrl] = Field(default_factory=lambda: [FIREDRILL_SERVE_WEBHOOK])
+    # firedrill serve authenticates every call: the bearer token Alertmanager presents.
+    bearer_token_file: AbsolutePath | None = None
+    pagerduty: PagerDuty | None = None
+    slack: Slack | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_alone(cls, data: object) -> object:
+        # A bare URL is a receiver with that one webhook (the older, shorter spelling).
+        return {"webhook_urls": [data]} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _goes_somewhere(self) -> Receiver:
+        if not (self.webhook_urls or self.pagerduty or self.slack):
+            raise ValueError("a receiver needs a webhook URL, PagerDuty or Slack")
+        return self
+
+
+class Receivers(BaseModel):
+    """What each severity's receiver does. The defaults send everything to ``firedrill serve`` on
+    this host only: set PagerDuty (page, security), Slack (ticket) or your own webhooks here
+    (docs/alerting-receivers.md); ``rules generate`` warns while the defaults are left."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    page: Receiver = Receiver()
+    ticket: Receiver = Receiver()
+    security: Receiver = Receiver()
+
+    def is_placeholder(self) -> bool:
+        """Whether every receiver is still the default (firedrill serve on loopback only)."""
+        return self == Receivers()
 
 
 class RoutingSpec(BaseModel):
@@ -106,8 +164,37 @@ def duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
-def _receiver(name: str, url: str) -> dict[str, Any]:
-    return {"name": name, "webhook_configs": [{"url": url, "send_resolved": True}]}
+def _receiver(name: str, r: Receiver) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name}
+    if r.webhook_urls:
+        hooks: list[dict[str, Any]] = []
+        for url in r.webhook_urls:
+            hook: dict[str, Any] = {"url": url, "send_resolved": True}
+            if r.bearer_token_file is not None:
+                hook["http_config"] = {
+                    "authorization": {"type": "Bearer", "credentials_file": r.bearer_token_file}
+                }
+            hooks.append(hook)
+        out["webhook_configs"] = hooks
+    if r.pagerduty is not None:
+        out["pagerduty_configs"] = [
+            {
+                "routing_key_file": r.pagerduty.routing_key_file,
+                "severity": r.pagerduty.severity,
+                "send_resolved": True,
+            }
+        ]
+    if r.slack is not None:
+        out["slack_configs"] = [
+            {
+                "api_url_file": r.slack.api_url_file,
+                "channel": r.slack.channel,
+                "send_resolved": True,
+                "title": "{{ .CommonLabels.alertname }} in {{ .CommonLabels.cell }}",
+                "text": "{{ range .Alerts }}{{ .Annotations.summary }}\n{{ end }}",
+            }
+        ]
+    return out
 
 
 def alertmanager_config(routing: RoutingSpec) -> dict[str, Any]:

@@ -4,7 +4,8 @@ It computes exactly what the generated rules ask Prometheus to compute, so an al
 here fires there at the same evaluation (``tests/detect/test_promtool_equivalence.py`` proves it
 with the real rule engine): ``rate()`` with Prometheus 2.x's extrapolation (left-closed range,
 extrapolation to the range edges below 1.1 average intervals, the zero-crossing limit for
-counters), ratios of sums by (cell, region), ``and`` on equal label sets.
+counters), ratios of sums by (cell, region) clamped to [0, 1], the goodput product of two such
+ratios, ``and`` on equal label sets.
 
 Incremental: each evaluation reads one instant sample per counter through the ``Signals`` port and
 appends it to a per-objective history, so a step costs O(windows × cells), independent of how
@@ -27,17 +28,20 @@ from firedrill.model.series import Labels, labels_of
 from firedrill.ports import Signals
 
 F64 = npt.NDArray[np.float64]
+ROWS = 4  # counters kept per objective: two ratios of numerator and denominator
+_SLI_CODE = {"ttft": 0, "availability": 1, "goodput": 2}
 
 
 @dataclass
 class _History:
-    """Evaluation times and every objective's two counters per cell, growing by doubling.
+    """Evaluation times and every objective's counters per cell, growing by doubling.
 
-    ``rows[k, 2·o]`` is objective o's numerator at evaluation k, ``rows[k, 2·o + 1]`` its
-    denominator; columns of the last axis are cells.
+    ``rows[k, 4·o]`` / ``rows[k, 4·o + 1]`` are objective o's first ratio (numerator,
+    denominator) at evaluation k, ``rows[k, 4·o + 2]`` / ``rows[k, 4·o + 3]`` its second (goodput
+    only); columns of the last axis are cells.
     """
 
-    width: int  # 2 x objectives
+    width: int  # 4 x objectives
     n: int = 0
     t: F64 = field(default_factory=lambda: np.zeros(256))
     rows: F64 = field(default_factory=lambda: np.zeros((256, 0, 0)))
@@ -76,28 +80,24 @@ class BurnRateEvaluator:
         self.signals = signals
         self.cells: list[tuple[str, str]] = []  # (cell, region), discovered from the series
         self._cell_index: dict[tuple[str, str], int] = {}
-        self.history = _History(width=2 * len(spec.objectives))
+        self.history = _History(width=ROWS * len(spec.objectives))
         self.firing: dict[tuple[str, str, str], bool] = {}  # (objective, tier, cell)
         self.events: list[AlertEvent] = []
-        self._sel: dict[str, tuple[_Selection, _Selection, _Selection | None]] = {}
+        self._sel: dict[str, tuple[_Selection, ...]] = {}
         for o in spec.objectives:
             le = repr(float(o.ttft_threshold_s))
             bucket = _Selection(
                 "vllm:time_to_first_token_seconds_bucket", {"model_name": o.model, "le": le}
             )
+            count = _Selection("vllm:time_to_first_token_seconds_count", {"model_name": o.model})
+            ok = _Selection("http_requests_total", {"model_name": o.model, "status": "2xx"})
+            bad = _Selection("http_requests_total", {"model_name": o.model, "status": "5xx"})
             if o.sli == "ttft":
-                count = _Selection(
-                    "vllm:time_to_first_token_seconds_count", {"model_name": o.model}
-                )
-                self._sel[o.name] = (bucket, count, None)
+                self._sel[o.name] = (bucket, count)
             elif o.sli == "availability":
-                bad = _Selection("http_requests_total", {"model_name": o.model, "status": "5xx"})
-                ok = _Selection("http_requests_total", {"model_name": o.model, "status": "2xx"})
-                self._sel[o.name] = (bad, ok, bad)
+                self._sel[o.name] = (bad, ok)
             else:
-                ok = _Selection("http_requests_total", {"model_name": o.model, "status": "2xx"})
-                bad = _Selection("http_requests_total", {"model_name": o.model, "status": "5xx"})
-                self._sel[o.name] = (bucket, ok, bad)
+                self._sel[o.name] = (bad, ok, bucket, count)
         self._windows = {w: duration_s(w) for w in spec.windows()}
         self._window_s = np.array(list(self._windows.values()))
         names = list(self._windows)
@@ -109,7 +109,7 @@ class BurnRateEvaluator:
         factors = np.array([t.factor for t in spec.tiers])
         self._thresholds = np.array([factors * o.budget for o in spec.objectives])
         self._min_events = np.array([float(o.min_events_per_hour) for o in spec.objectives])
-        self._is_bad_ratio = np.array([o.sli == "availability" for o in spec.objectives])
+        self._sli = np.array([_SLI_CODE[o.sli] for o in spec.objectives])
         self._obj_index = {o.name: i for i, o in enumerate(spec.objectives)}
         self._state: npt.NDArray[np.bool_] = np.zeros(
             (len(spec.objectives), len(spec.tiers), 0), bool
@@ -152,18 +152,19 @@ class BurnRateEvaluator:
         parts: list[F64] = []
         t = 0.0
         for o in self.spec.objectives:
-            a, b, c = self._sel[o.name]
-            t, va = self._read(a, cache)
-            _, vb = self._read(b, cache)
+            sels = self._sel[o.name]
+            t, va = self._read(sels[0], cache)
+            _, vb = self._read(sels[1], cache)
             if o.sli == "ttft":
-                good, total = va, vb
-            elif o.sli == "availability":
-                good, total = va, va + vb  # "good" holds the bad count here: ratio is bad/total
+                parts += [va, vb, vb, vb]  # fast / all first tokens; the second ratio unused
             else:
-                assert c is not None
-                _, vc = self._read(c, cache)
-                good, total = va, vb + vc
-            parts += [good, total]
+                parts += [va, va + vb]  # 5xx / all requests
+                if o.sli == "availability":
+                    parts += [vb, vb]
+                else:
+                    _, vc = self._read(sels[2], cache)
+                    _, vd = self._read(sels[3], cache)
+                    parts += [vc, vd]  # fast / all first tokens
         width = len(self.cells)
         row = np.zeros((len(parts), width))
         for i, v in enumerate(parts):
@@ -174,7 +175,7 @@ class BurnRateEvaluator:
         return changes
 
     def _increases(self, windows_s: F64) -> F64:
-        """Increase of every counter row per window and cell: [2 x objectives, W, C]."""
+        """Increase of every counter row per window and cell: [4 x objectives, W, C]."""
         h = self.history
         last = h.n - 1
         t = float(h.t[last])
@@ -188,10 +189,21 @@ class BurnRateEvaluator:
         )  # fmt: skip
 
     def _ratios_of(self, inc: F64) -> F64:
-        """Error ratios [objectives, W, C] from increases [2 x objectives, W, C]."""
+        """Error ratios [objectives, W, C] from increases [4 x objectives, W, C], as the rules
+        write them: ``1 - clamp(fast/all)``, ``clamp(5xx/all)``, and for goodput
+        ``1 - ((1 - clamp(5xx/all)) * clamp(fast/all) or (1 - clamp(5xx/all)))``."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = inc[0::2] / inc[1::2]
-        out: F64 = np.where(self._is_bad_ratio[:, None, None], ratio, 1.0 - ratio)
+            # Without events a ratio is absent (NaN never fires); goodput then counts the
+            # answered share alone.
+            den_a, den_b = inc[1::ROWS], inc[3::ROWS]
+            first = np.where(den_a > 0, np.clip(inc[0::ROWS] / den_a, 0.0, 1.0), np.nan)
+            second = np.where(den_b > 0, np.clip(inc[2::ROWS] / den_b, 0.0, 1.0), 1.0)
+        sli = self._sli[:, None, None]
+        out: F64 = np.where(
+            sli == _SLI_CODE["ttft"],
+            1.0 - first,
+            np.where(sli == _SLI_CODE["availability"], first, 1.0 - ((1.0 - first) * second)),
+        )
         return out
 
     def _index(self, o: Objective) -> int:
@@ -204,13 +216,13 @@ class BurnRateEvaluator:
 
     def events_per_hour(self, o: Objective) -> F64:
         """Events of the SLI's denominator over the last hour (the min-events guard)."""
-        out: F64 = self._increases(np.array([3600.0]))[2 * self._index(o) + 1, 0]
+        out: F64 = self._increases(np.array([3600.0]))[ROWS * self._index(o) + 1, 0]
         return out
 
     def _evaluate_all(self) -> list[AlertEvent]:
         inc = self._increases(self._window_s)
         ratios = self._ratios_of(inc)  # [objectives, windows, cells]
-        events = inc[1::2, self._w_1h]  # [objectives, cells]
+        events = inc[1::ROWS, self._w_1h]  # [objectives, cells]
         thr = self._thresholds[:, :, None]  # [objectives, tiers, 1]
         cond = (
             (ratios[:, self._long_i] > thr)

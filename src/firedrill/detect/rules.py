@@ -7,7 +7,15 @@ which burn tier fired (``burn_tier``), which Sloth and Pyrra do not.
 
 Every alert carries a non-empty ``cell`` label (region-scoped alerts use ``cell="region:<name>"``)
 so that Alertmanager's "missing label equals empty" rule cannot make an inhibition fleet-wide.
-Node-scoped alerts carry ``node`` (copied from DCGM's ``Hostname``) for the node inhibition.
+Node-scoped alerts carry ``node`` (copied from DCGM's host label) for the node inhibition.
+
+The rules fit the real exporters of the versions the spec names (``model.exporters``): histogram
+thresholds sit on real bucket boundaries, every SLI is a ratio of series of one metric family (so
+it stays in [0, 1] at startup, under 5xx and across restarts), and rules on series only the twin
+emits (``firedrill_*``) are generated only when the spec sets ``twin_series``, with one
+``absent()`` ticket that fires where the twin's series are missing.
+``tests/detect/test_rules_fit_exporters.py`` holds every generated selector to the reference
+lists.
 """
 
 from __future__ import annotations
@@ -17,13 +25,21 @@ from typing import Any
 
 from firedrill.detect.disagg import pd_group
 from firedrill.detect.quality import quality_group
+from firedrill.detect.selectors import selectors
 from firedrill.detect.slo import SLI_TITLES, BurnTier, Objective, SloSpec, duration_s
+from firedrill.model.exporters import dcgm_host_label
 
 FATAL_XIDS = (48, 62, 64, 79, 95, 119, 120, 140)
 APP_XIDS = (13, 31, 43)
 # Denied connections to base64-looking subdomains per tenant and cell in 5 m that page security:
 # a sandbox never needs one, a few are a typo or a CDN, a spike is data leaving as DNS names.
 EXFIL_DENIALS_PER_5M = 10
+# Cause tickets on twin-only series (the registry's errors as the twin models them).
+TWIN_ONLY_CAUSES = frozenset({"HydrateOrigin5xx"})
+# Series firedrill's own components emit (no exporter of the reference does).
+FIREDRILL_OWN_SERIES = frozenset({"gpu_quarantine_actions_total"})
+TWIN_SERIES_ABSENT = "TwinOnlySeriesAbsent"
+TWIN_MARKER = "firedrill_cell_nodes"  # written by the twin for every cell at every scrape
 
 
 def _le(threshold_s: float) -> str:
@@ -38,40 +54,86 @@ def sloth_id(spec: SloSpec, o: Objective) -> str:
     return f"{spec.service}-{o.name}"
 
 
+# vLLM's OpenAI-compatible routes; prometheus-fastapi-instrumentator labels unmatched paths
+# handler="none", and vLLM already excludes /metrics and /health.
+API_HANDLERS = "/v1/.+"
+
+
 def _sel(o: Objective, extra: str = "") -> str:
-    inner = f'model_name="{o.model}"'
-    return "{" + inner + (f",{extra}" if extra else "") + "}"
+    inner = f"model_name={_q(o.model)}"
+    return "{" + inner + (f", {extra}" if extra else "") + "}"
+
+
+def _http_sel(o: Objective, extra: str = "") -> str:
+    # vLLM's http_* series carry no model_name of their own: the generated ServiceMonitor copies
+    # the pod's served-model annotation onto them (export.monitors), so this matches per model.
+    return _sel(o, f'handler=~"{API_HANDLERS}"' + (f", {extra}" if extra else ""))
+
+
+def _by(expr: str) -> str:
+    return f"sum by (cell, region) ({expr})"
+
+
+def _ratio(num: str, den: str) -> str:
+    """``num / den`` of two series of one family scraped together, clamped to [0, 1].
+
+    Within one family both counters share their scrape timestamps, so Prometheus extrapolates
+    both the same way and the numerator's increase cannot pass the denominator's; only a
+    restart that one counter's reset detection misses (its first sample after the restart above
+    its last before) could. The clamp keeps that case a ratio too. Without events the ratio is
+    absent, not NaN (``den > 0``).
+    """
+    return f"clamp({num} / ({den} > 0), 0, 1)"
+
+
+def ttft_good_share_expr(o: Objective, window: str) -> str:
+    """Share of first tokens within the threshold: one histogram, bucket over count."""
+    good = _good_ttft(o, window)
+    total = _by(f"rate(vllm:time_to_first_token_seconds_count{_sel(o)}[{window}])")
+    return _ratio(good, total)
+
+
+def http_bad_ratio_expr(o: Objective, window: str) -> str:
+    """Share of API requests answered 5xx: one counter family, status 5xx over all."""
+    bad = _by(f"rate(http_requests_total{_http_sel(o, 'status=' + _q('5xx'))}[{window}])")
+    total = _by(f"rate(http_requests_total{_http_sel(o)}[{window}])")
+    return _ratio(bad, total)
 
 
 def sli_error_expr(o: Objective, window: str) -> str:
-    """PromQL for the SLI's error ratio per cell over ``window``."""
-    by = "sum by (cell, region)"
+    """PromQL for the SLI's error ratio per cell over ``window``, always in [0, 1].
+
+    Goodput (requests answered and with a first token within the threshold, over all requests)
+    is the product of two shares, each a ratio within one metric family: answered (non-5xx)
+    over all requests from ``http_requests_total``, and fast over all first tokens from the TTFT
+    histogram. Dividing one family by the other, as a single ratio would, mixes two sets of
+    scrape timestamps and extrapolations and leaves [0, 1] on a 5xx storm or at startup.
+    """
     if o.sli == "ttft":
-        good = _good_ttft(o, window)
-        total = f"{by} (rate(vllm:time_to_first_token_seconds_count{_sel(o)}[{window}]))"
-        return f"1 - ({good} / {total})"
+        return f"1 - {ttft_good_share_expr(o, window)}"
     if o.sli == "availability":
-        bad = f"{by} (rate(http_requests_total{_sel(o, 'status=' + _q('5xx'))}[{window}]))"
-        total = f"{by} (rate(http_requests_total{_sel(o)}[{window}]))"
-        return f"{bad} / {total}"
-    good = _good_ttft(o, window)
-    total = f"{by} (rate(http_requests_total{_sel(o)}[{window}]))"
-    return f"1 - ({good} / {total})"
+        return http_bad_ratio_expr(o, window)
+    # Without a first token in the window the fast share is absent and the answered share alone
+    # counts (all 5xx: goodput 0, not NaN).
+    ok = f"(1 - {http_bad_ratio_expr(o, window)})"
+    return f"1 - ({ok} * {ttft_good_share_expr(o, window)} or {ok})"
 
 
 def _good_ttft(o: Objective, window: str) -> str:
     sel = _sel(o, f"le={_q(_le(o.ttft_threshold_s))}")
-    return f"sum by (cell, region) (rate(vllm:time_to_first_token_seconds_bucket{sel}[{window}]))"
+    return _by(f"rate(vllm:time_to_first_token_seconds_bucket{sel}[{window}])")
 
 
 def sli_events_expr(o: Objective, window: str) -> str:
     """Events per second of the SLI's denominator per cell over ``window``."""
-    name = "vllm:time_to_first_token_seconds_count" if o.sli == "ttft" else "http_requests_total"
-    return f"sum by (cell, region) (rate({name}{_sel(o)}[{window}]))"
+    if o.sli == "ttft":
+        return _by(f"rate(vllm:time_to_first_token_seconds_count{_sel(o)}[{window}])")
+    return _by(f"rate(http_requests_total{_http_sel(o)}[{window}])")
 
 
 def _q(s: str) -> str:
-    return '"' + s + '"'
+    """A PromQL string literal (a model name is the spec author's text)."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def alert_name(o: Objective, tier: BurnTier) -> str:
@@ -169,13 +231,24 @@ def burn_alert(spec: SloSpec, o: Objective, t: BurnTier, sid: str) -> dict[str, 
     }
 
 
-def _node_expr(expr: str) -> str:
-    """Copy DCGM's Hostname into ``node`` so NodeNotReady can inhibit on it."""
-    return f'label_replace({expr}, "node", "$1", "Hostname", "(.+)")'
-
-
-def cause_group(spec: SloSpec) -> dict[str, Any]:
+def cause_group(spec: SloSpec, *, for_fleet: bool = False) -> dict[str, Any]:
+    """The cause tickets. The twin evaluates all of them (it emits every series they read);
+    ``for_fleet`` keeps only those a real fleet's exporters feed: no firedrill_* series unless
+    the spec asks for twin series, and no off-by-default DCGM field the spec does not enable."""
     c = spec.causes
+    host = dcgm_host_label(spec.exporters.dcgm_exporter)
+    enabled = set(spec.exporters.dcgm_extra_fields)
+
+    def fits(*fields: str) -> bool:
+        return not for_fleet or all(f in enabled for f in fields)
+
+    def _node_expr(expr: str) -> str:
+        # Copy DCGM's host label into ``node`` so NodeNotReady can inhibit on it.
+        return f'label_replace({expr}, "node", "$1", "{host}", "(.+)")'
+
+    thermal = f"(DCGM_FI_DEV_GPU_TEMP > {_fmt(c.gpu_temp_c)})"
+    if fits("DCGM_FI_DEV_POWER_VIOLATION"):
+        thermal += " or (rate(DCGM_FI_DEV_POWER_VIOLATION[5m]) > 0)"
     fatal = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in FATAL_XIDS)
     app = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in APP_XIDS)
     fresh = "changes(DCGM_FI_DEV_XID_ERRORS[15m]) > 0"
@@ -220,7 +293,8 @@ def cause_group(spec: SloSpec) -> dict[str, Any]:
             "expr": _node_expr(f"(({fatal}) and {fresh})"),
             "labels": t("gpu-fleet"),
             "annotations": {
-                "summary": "XID {{ $value }} on {{ $labels.Hostname }} GPU {{ $labels.gpu }}"
+                "summary": f"XID {{{{ $value }}}} on {{{{ $labels.{host} }}}} GPU "
+                "{{ $labels.gpu }}"
             },
         },
         {
@@ -252,10 +326,7 @@ def cause_group(spec: SloSpec) -> dict[str, Any]:
         },
         {
             "alert": "GPUThermalViolation",
-            "expr": _node_expr(
-                f"(DCGM_FI_DEV_GPU_TEMP > {_fmt(c.gpu_temp_c)}) "
-                "or (rate(DCGM_FI_DEV_POWER_VIOLATION[5m]) > 0)"
-            ),
+            "expr": _node_expr(thermal),
             "for": "2m",
             "labels": t("gpu-fleet"),
         },
@@ -277,6 +348,17 @@ def cause_group(spec: SloSpec) -> dict[str, Any]:
     ]
     for r in rules:
         r.setdefault("annotations", {"summary": f"{r['alert']} in {{{{ $labels.cell }}}}"})
+    if for_fleet:
+        needs = {
+            "DCGMEccDbe": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",),
+            "DCGMRowRemapPending": ("DCGM_FI_DEV_ROW_REMAP_PENDING",),
+        }
+        rules = [
+            r
+            for r in rules
+            if fits(*needs.get(r["alert"], ()))
+            and (spec.twin_series or r["alert"] not in TWIN_ONLY_CAUSES)
+        ]
     return {"name": "causes", "interval": spec.evaluation_interval, "rules": rules}
 
 
@@ -425,11 +507,63 @@ class RuleSet:
         }
 
 
+def twin_groups(spec: SloSpec) -> list[dict[str, Any]]:
+    """The groups on series only the twin and firedrill's own components emit."""
+    return [
+        guardrail_group(spec),
+        security_group(spec),
+        quality_group(spec.quality, spec.evaluation_interval),
+        pd_group(spec.prefill_decode, spec.evaluation_interval),
+    ]
+
+
+def twin_series_guard(spec: SloSpec, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ticket, firing while the twin's own series are missing: the twin-only rules are
+    inert on this fleet.
+
+    The marker is ``firedrill_cell_nodes``, which the twin writes for every cell at every scrape.
+    The twin-only series themselves cannot be the guard: many are counters that appear only at
+    their first event (a quarantine, a sandbox connection), so ``absent()`` on them would fire on
+    the twin too. The annotation names every twin-only series the rules read.
+    """
+    names: dict[str, set[str]] = {}
+    for g in groups:
+        for r in g["rules"]:
+            for sel in selectors(str(r["expr"])):
+                if is_twin_series(sel.name):
+                    names.setdefault(sel.name, set()).add(str(g["name"]))
+    listed = "; ".join(f"{n} ({', '.join(sorted(gs))})" for n, gs in sorted(names.items()))
+    rule = {
+        "alert": TWIN_SERIES_ABSENT,
+        "expr": f"absent({TWIN_MARKER})",
+        "for": "1h",
+        "labels": {"severity": "ticket", "team": "observability", "cell": "fleet"},
+        "annotations": {
+            "summary": "No firedrill twin series here: the twin-only rule groups are inert",
+            "description": (
+                "These rules read series only the firedrill twin (or firedrill's own components) "
+                f"emit, and {TWIN_MARKER} is absent: {listed}. Set twin_series: false in the SLO "
+                "spec for a fleet without them."
+            ),
+        },
+    }
+    return {"name": "twin-series-guard", "interval": spec.evaluation_interval, "rules": [rule]}
+
+
+def is_twin_series(name: str) -> bool:
+    """Whether only the twin (or firedrill itself) emits series of this name."""
+    return name.startswith("firedrill_") or name in FIREDRILL_OWN_SERIES
+
+
 def generate(spec: SloSpec) -> RuleSet:
+    """The rules a fleet loads: only what its exporters (of the spec's versions) feed, plus the
+    twin-only groups, guarded by an ``absent()`` ticket, when the spec asks."""
     groups = [slo_group(spec, o) for o in spec.objectives]
-    groups += [cause_group(spec), guardrail_group(spec), security_group(spec)]
-    groups.append(quality_group(spec.quality, spec.evaluation_interval))
-    groups.append(pd_group(spec.prefill_decode, spec.evaluation_interval))
+    groups.append(cause_group(spec, for_fleet=True))
+    if spec.twin_series:
+        twin = twin_groups(spec)
+        groups.append(twin_series_guard(spec, [*twin, cause_group(spec)]))
+        groups += twin
     return RuleSet(groups)
 
 

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from firedrill.model import exporters as _exporters
+
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{12,64}$")
 NAME_RE = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"
 
@@ -20,17 +22,10 @@ Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{12,64}$")]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
-# vLLM's TTFT histogram buckets, plus 2.0 s: a TTFT SLO threshold must be a bucket boundary so
-# that `le="2.0"` exists (the reference's burn-rate query uses it).
-VLLM_TTFT_BUCKETS_S: tuple[float, ...] = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-    1.0, 2.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-# vLLM's TPOT histogram buckets.
-VLLM_TPOT_BUCKETS_S: tuple[float, ...] = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
+# vLLM's TTFT and TPOT/ITL histogram buckets, exactly as real vLLM exposes them (no 2.0 s TTFT
+# boundary: see model.exporters and its reference).
+VLLM_TTFT_BUCKETS_S: tuple[float, ...] = _exporters.VLLM_TTFT_BUCKETS_S
+VLLM_TPOT_BUCKETS_S: tuple[float, ...] = _exporters.VLLM_ITL_BUCKETS_S
 
 GPU_MEMORY_GB: dict[str, float] = {"H100": 80.0, "H200": 141.0, "A100": 80.0, "B200": 192.0}
 GPU_HBM_TBPS: dict[str, float] = {"H100": 3.35, "H200": 4.8, "A100": 2.0, "B200": 8.0}

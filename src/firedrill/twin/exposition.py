@@ -11,22 +11,53 @@ Two rules hold throughout. Numbers are printed so that they parse back to the sa
 (shortest round-trip form, integers without a decimal point), so a rule test sees exactly the
 twin's values. Metric types follow exporter naming: ``*_total`` is a counter, ``*_bucket`` /
 ``*_count`` / ``*_sum`` make a histogram (a summary when there are no buckets), anything else
-is a gauge.
+is a gauge, unless the real exporter says otherwise (``firedrill.model.exporters``: dcgm-exporter
+types ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER`` a counter without the suffix).
+
+What a scrape sees (``to_prometheus_text``, and ``to_openmetrics`` at an instant) is written by
+``prometheus_client``, the library vLLM itself exposes with: each family's real type and a
+``# HELP`` line (``firedrill.model.exporters``). ``exporter_labels`` adds the labels the real
+exporters write that the twin's series leave out (vLLM's ``engine``, dcgm-exporter's ``device``,
+``UUID``, ``pci_bus_id``). The
+twin serves the whole fleet from one endpoint, so its series also carry the target labels a real
+fleet's ServiceMonitor/PodMonitor adds at scrape time (``cell``, ``region``, and ``model_name`` on
+vLLM's ``http_*`` series; see ``firedrill.export.monitors``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 import yaml
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+    UnknownMetricFamily,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import ALLOWUTF8
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.registry import Collector
 
 from firedrill.errors import ExportError
+from firedrill.model.exporters import (
+    DCGM_DEFAULT_VERSION,
+    KUBE_STATE_METRICS,
+    VLLM_DEFAULT_VERSION,
+    MetricFamily,
+    dcgm_catalog,
+    vllm_catalog,
+)
 from firedrill.model.series import Labels, Series
 
 __all__ = [
@@ -35,6 +66,7 @@ __all__ = [
     "compress_values",
     "ensure_series_are_valid",
     "ensure_window_is_valid",
+    "exporter_labels",
     "grid_of",
     "promtool_duration",
     "promtool_test_file",
@@ -487,30 +519,31 @@ def to_openmetrics(
     """OpenMetrics 1.0 text exposition, ending in ``# EOF``.
 
     With ``at_s`` None every sample is written, timestamped ``epoch_s + t_s`` (seconds); with
-    ``at_s`` only each series' last sample at or before it. Histogram points are written whole
-    (buckets by ``le``, then ``_count``, ``_sum``) per labels and timestamp, as the format asks.
+    ``at_s`` only each series' last sample at or before it, as a scrape would see it (written by
+    ``prometheus_client``). Histogram points are written whole (buckets by ``le``, then
+    ``_count``, ``_sum``) per labels and timestamp, as the format asks.
     """
     if at_s is None and not with_timestamps:
         raise ExportError("several samples per series need timestamps: give at_s or timestamps")
     ensure_series_are_valid(series)
+    if at_s is not None:
+        metrics = _scrape_metrics(
+            series, at_s=at_s, epoch_s=epoch_s if with_timestamps else None, openmetrics=True
+        )
+        # ALLOWUTF8: the default escaping rewrites the colon of vLLM's names in OpenMetrics
+        # sample lines (``vllm_num_requests_waiting``); the names are valid as they are.
+        text: bytes = generate_openmetrics(  # type: ignore[no-untyped-call]
+            _Collected(metrics), escaping=ALLOWUTF8
+        )
+        return text.decode("utf-8")
     out: list[str] = []
     for family in _families(series):
         lines: list[str] = []
         heads = {id(s): s.name + _render_labels(_exposed_labels(family, s)) for s in family.members}
-        if at_s is None:
-            for group in _groups(family):
-                for t_s, s, value in _merged_samples(group):
-                    _ensure_openmetrics_value(s, value)
-                    lines.append(_sample_line(heads[id(s)], value, epoch_s + t_s))
-        else:
-            for s in family.members:
-                i = _last_at_or_before(s, at_s)
-                if i is None:
-                    continue
-                value = float(s.values[i])
+        for group in _groups(family):
+            for t_s, s, value in _merged_samples(group):
                 _ensure_openmetrics_value(s, value)
-                ts = epoch_s + float(s.t_s[i]) if with_timestamps else None
-                lines.append(_sample_line(heads[id(s)], value, ts))
+                lines.append(_sample_line(heads[id(s)], value, epoch_s + t_s))
         if lines:
             out.append(f"# TYPE {family.name} {family.kind}\n")
             out.extend(lines)
@@ -544,21 +577,147 @@ def _merged_samples(group: Sequence[Series]) -> list[tuple[float, Series, float]
 
 def to_prometheus_text(series: Sequence[Series], *, at_s: float | None = None) -> str:
     """The classic text format 0.0.4 a ``/metrics`` endpoint serves: each series' last sample at
-    or before ``at_s`` (the latest if None), no timestamps."""
+    or before ``at_s`` (the latest if None), no timestamps, ``# HELP`` and ``# TYPE`` per family.
+
+    Written by ``prometheus_client``, except counters whose real name lacks ``_total``
+    (dcgm-exporter's): ``prometheus_client`` would rename them, so they are written as
+    dcgm-exporter writes them.
+    """
     ensure_series_are_valid(series)
-    out: list[str] = []
+    metrics = _scrape_metrics(series, at_s=at_s, epoch_s=None, openmetrics=False)
+    plain = [m for m in metrics if not isinstance(m, _SuffixlessCounter)]
+    out = generate_latest(_Collected(plain)).decode("utf-8")
+    for m in metrics:
+        if isinstance(m, _SuffixlessCounter):
+            out += m.render()
+    return out
+
+
+# -- what a scrape sees, through prometheus_client ------------------------------------------------
+
+
+class _Collected(Collector):
+    """A prometheus_client collector over metric families built for one scrape."""
+
+    def __init__(self, metrics: Sequence[Metric]) -> None:
+        self._metrics = list(metrics)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._metrics)
+
+
+class _SuffixlessCounter(Metric):
+    """A counter whose real name has no ``_total`` (dcgm-exporter's), written as its exporter
+    writes it in the classic format."""
+
+    def render(self) -> str:
+        doc = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        lines = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} counter\n"]
+        for s in self.samples:
+            inner = ",".join(f'{k}="{_escape_label_value(v)}"' for k, v in sorted(s.labels.items()))
+            head = s.name + ("{" + inner + "}" if inner else "")
+            lines.append(_sample_line(head, float(s.value), None))
+        return "".join(lines)
+
+
+def _catalog(
+    vllm_version: str = VLLM_DEFAULT_VERSION, dcgm_version: str = DCGM_DEFAULT_VERSION
+) -> dict[str, MetricFamily]:
+    out: dict[str, MetricFamily] = {}
+    for cat in (vllm_catalog(vllm_version), dcgm_catalog(dcgm_version), KUBE_STATE_METRICS):
+        for f in cat.families:
+            out[f.name] = f
+    return out
+
+
+_CATALOG = _catalog()
+
+
+def _real_family(family: _Family) -> MetricFamily | None:
+    for name in (family.name, family.name + "_total", *(s.name for s in family.members[:1])):
+        found = _CATALOG.get(name)
+        if found is not None:
+            return found
+    return None
+
+
+def _help(family: _Family, real: MetricFamily | None) -> str:
+    if real is not None:
+        return real.help
+    return f"{family.name}: a series of the firedrill twin (no exporter of the reference emits it)."
+
+
+def _scrape_metrics(
+    series: Sequence[Series], *, at_s: float | None, epoch_s: float | None, openmetrics: bool
+) -> list[Metric]:
+    """One prometheus_client family per metric family: each series' last sample at ``at_s``."""
+    out: list[Metric] = []
     for family in _families(series):
-        lines: list[str] = []
+        real = _real_family(family)
+        doc = _help(family, real)
+        suffixless = (
+            real is not None
+            and real.kind == "counter"
+            and not any(m.name.endswith("_total") for m in family.members)
+        )
+        metric: Metric
+        if suffixless:
+            # OpenMetrics has no counter without _total: there it is an unknown-typed family.
+            metric = (
+                UnknownMetricFamily(family.name, doc)
+                if openmetrics
+                else _SuffixlessCounter(family.name, doc, "counter")
+            )
+        elif family.kind == "counter":
+            metric = CounterMetricFamily(family.name, doc)
+        elif family.kind == "histogram":
+            metric = HistogramMetricFamily(family.name, doc)
+        elif family.kind == "summary":
+            metric = SummaryMetricFamily(family.name, doc)
+        else:
+            metric = GaugeMetricFamily(family.name, doc)
         for s in family.members:
             i = _last_at_or_before(s, at_s)
             if i is None:
                 continue
-            head = s.name + _render_labels(_exposed_labels(family, s))
-            lines.append(_sample_line(head, float(s.values[i]), None))
-        if not lines:
-            continue
-        # The classic format declares a counter under its full sample name.
-        declared = family.members[0].name if family.kind == "counter" else family.name
-        out.append(f"# TYPE {declared} {family.kind}\n")
-        out.extend(lines)
-    return "".join(out)
+            value = float(s.values[i])
+            if openmetrics:
+                _ensure_openmetrics_value(s, value)
+            stamp = None if epoch_s is None else epoch_s + float(s.t_s[i])
+            labels = dict(_exposed_labels(family, s))
+            metric.add_sample(s.name, labels, value, timestamp=stamp)
+        if metric.samples:
+            out.append(metric)
+    return out
+
+
+def exporter_labels(series: Sequence[Series]) -> list[Series]:
+    """The series with the labels their real exporters write and the twin leaves out.
+
+    vLLM's engine series get ``engine="0"`` (one engine per pod in the twin); dcgm-exporter's get
+    ``device`` (``nvidia<gpu>``), a stable ``UUID`` and ``pci_bus_id`` derived from the node and
+    GPU index. Labels a series already has are kept.
+    """
+    out: list[Series] = []
+    for s in series:
+        have = {k for k, _ in s.labels}
+        extra: dict[str, str] = {}
+        if s.name.startswith("vllm:") and "engine" not in have:
+            extra["engine"] = "0"
+        elif s.name.startswith("DCGM_") and "gpu" in have:
+            gpu = s.label("gpu")
+            host = s.label("Hostname") or s.label("hostname")
+            digest = hashlib.sha256(f"{host}/{gpu}".encode()).hexdigest()
+            extra = {
+                "device": f"nvidia{gpu}",
+                "UUID": "GPU-"
+                + "-".join((digest[:8], digest[8:12], digest[12:16], digest[16:20], digest[20:32])),
+                "pci_bus_id": f"00000000:{0x18 + int(gpu) if gpu.isdigit() else 0:02X}:00.0",
+            }
+            extra = {k: v for k, v in extra.items() if k not in have}
+        if extra:
+            labels = tuple(sorted((*s.labels, *extra.items())))
+            out.append(Series(s.name, labels, s.t_s, s.values))
+        else:
+            out.append(s)
+    return out

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from firedrill.adapters.journal_file import read
 from firedrill.adapters.kubernetes import conductor as conductor_mod
 from firedrill.adapters.kubernetes.client import Connection
 from firedrill.adapters.kubernetes.conductor import WorkflowConductor
 from firedrill.cli import app
-from firedrill.adapters.journal_file import read
 from firedrill.errors import OperationError
 from firedrill.export.chaos_mesh import chaos_workflow
 from firedrill.specfile import load_drill
