@@ -32,7 +32,8 @@ runner = CliRunner()
 
 def _report(loaded: LoadedDrill, **kw: Any) -> dict[str, Any]:
     result = run_drill(loaded.spec, loaded.fleet, loaded.slo, loaded.policy, **kw)
-    return json.loads(json.dumps(result.report))  # as a result file holds it
+    report: dict[str, Any] = json.loads(json.dumps(result.report))  # as a result file holds it
+    return report
 
 
 def _absolute(path: Path, tmp: Path, name: str, **changes: Any) -> Path:
