@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from firedrill.app.gameday import Refused, run_gameday
 from firedrill.adapters.journal_file import Journal
+from firedrill.app.gameday import Refused, run_gameday
 from firedrill.drill.recover import RecoveryReport
 from firedrill.errors import FiredrillError
 from firedrill.model import operations as ops
