@@ -22,6 +22,7 @@ from firedrill.drill.next import detect_floor_s, propose, quantile
 from firedrill.drill.run import run_drill
 from firedrill.drill.spec import LoadedDrill
 from firedrill.specfile import load_drill
+from firedrill.twin.world import embedded_world
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -30,9 +31,12 @@ CRDS = ROOT.parent / "shared" / "reference" / "crds"
 runner = CliRunner()
 
 
-def _report(loaded: LoadedDrill, **kw: Any) -> dict[str, Any]:
-    result = run_drill(loaded.spec, loaded.fleet, loaded.slo, loaded.policy, **kw)
-    return json.loads(json.dumps(result.report))  # as a result file holds it
+def _report(loaded: LoadedDrill) -> dict[str, Any]:
+    result = run_drill(
+        loaded.spec, loaded.fleet, loaded.slo, loaded.policy, make_world=embedded_world
+    )
+    report: dict[str, Any] = json.loads(json.dumps(result.report))  # as a result file holds it
+    return report
 
 
 def _absolute(path: Path, tmp: Path, name: str, **changes: Any) -> Path:
@@ -143,7 +147,14 @@ def test_next_proposes_a_budget_between_the_p95_and_todays_with_its_arithmetic(
 ) -> None:
     path = DRILLS / "l5-region-blackhole.yaml"
     loaded = load_drill(path)
-    job = DrillJob(loaded.spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256)
+    job = DrillJob(
+        loaded.spec,
+        loaded.fleet,
+        loaded.slo,
+        loaded.policy,
+        loaded.spec_sha256,
+        make_world=embedded_world,
+    )
     sweep = json.loads(json.dumps(run_many(job, runs=2, seed=5, executor=SerialExecutor())))
     single = _report(loaded)
     rtos = [r["measured_s"] for r in sweep["results"] if r["measured_s"] is not None]

@@ -66,7 +66,7 @@ def signals() -> FakeSignals:
     # a histogram: per second, 50 observations <= 0.5 s, 40 more <= 1 s, 10 more <= 2 s
     for le, per_s in (("0.5", 50.0), ("1.0", 90.0), ("2.0", 100.0), ("+Inf", 100.0)):
         s[("ttft_bucket", labels_of(le=le, region="us-west-2"))] = per_s * T
-    return s and FakeSignals(s)
+    return FakeSignals(s)
 
 
 def _eval(text: str, signals: FakeSignals) -> expr.Value:
@@ -109,8 +109,8 @@ def test_sum_by_and_regex_and_negative_matchers(signals: FakeSignals) -> None:
 
 
 def test_max_avg_min_without(signals: FakeSignals) -> None:
-    assert _eval("max(vllm:kv_cache_usage_perc)", signals) == {(): pytest.approx(0.9)}
-    assert _eval("min(vllm:kv_cache_usage_perc)", signals) == {(): pytest.approx(0.2)}
+    assert _eval("max(vllm:kv_cache_usage_perc)", signals) == pytest.approx({(): 0.9})
+    assert _eval("min(vllm:kv_cache_usage_perc)", signals) == pytest.approx({(): 0.2})
     v = _eval("avg without (cell) (vllm:kv_cache_usage_perc)", signals)
     assert v == pytest.approx({(("region", "eu-west-1"),): 0.2, (("region", "us-west-2"),): 0.65})
 

@@ -23,6 +23,7 @@ from firedrill.drill.spec import DrillSpec, FailbackSpec
 from firedrill.model import operations as ops
 from firedrill.model.spec import FleetSpec, LatencySpec, ServiceSpec
 from firedrill.twin.engine import Twin
+from tests.shapes import dig, num, recs, seq
 from tests.twin.fleets import D, fleet, model
 
 MODEL = "llm-70b"
@@ -88,13 +89,13 @@ def test_hydrate_stats_measure_a_scale_out_in_the_survivor() -> None:
     )
     assert st["replicas_became_ready"] == 4
     assert st["gbytes_pulled"] == pytest.approx(4 * 140.0)
-    assert 0.0 < st["p2p_hit_rate"] < 1.0  # type: ignore[operator]
+    assert 0.0 < num(st["p2p_hit_rate"]) < 1.0
     assert st["peak_gbps_per_node"] == pytest.approx(twin.nodes[0].nic_gbps)
     # 140 GB at 50 GB/s, 28 s load, 20 s warm-up after the next 5 s reconcile
-    assert 45 <= st["first_ready_s"] <= 75  # type: ignore[operator]
+    assert 45 <= num(st["first_ready_s"]) <= 75
     assert st["time_to_slo_s"] == 0.0  # the survivor had the headroom all along
-    assert st["ready_curve"][0] == [0.0, 10]
-    assert st["ready_curve"][-1][1] == 14
+    assert seq(st["ready_curve"])[0] == [0.0, 10]
+    assert dig(st["ready_curve"], -1, 1) == 14
     assert st["origin_errors"] == 0
 
 
@@ -112,8 +113,8 @@ def test_time_to_slo_waits_for_the_ttft_to_come_back() -> None:
     assert st["first_ready_s"] is not None
     assert st["time_to_slo_s"] is not None
     # the queue has to drain and the 60 s TTFT window has to forget it
-    assert st["time_to_slo_s"] > st["first_ready_s"]  # type: ignore[operator]
-    assert st["time_to_slo_s"] < 300  # type: ignore[operator]
+    assert num(st["time_to_slo_s"]) > num(st["first_ready_s"])
+    assert num(st["time_to_slo_s"]) < 300
 
 
 # -- competing pullers on the timeline ---------------------------------------------------------
@@ -171,7 +172,7 @@ def test_dependency_findings_list_what_crosses_the_cut_and_what_it_broke() -> No
     assert tok["lives_in"] == "a"
     assert tok["kind"] == "tokenizer"
     assert "could not finish loading" in str(tok["broke"])
-    assert "failed replica starts in b" in str(tok["evidence"]["b"])  # type: ignore[index]
+    assert "failed replica starts in b" in str(dig(tok, "evidence", "b"))
     assert str(found[2]["broke"]).startswith("not exercised")
 
 
@@ -270,19 +271,19 @@ def test_failback_steps_in_order_and_thaws_survivor_last() -> None:
     assert res["state"] == "done", res["reason"]
     assert res["same_digest"]
     assert res["same_bundle"]
-    steps = res["steps"]
-    assert [s["weight"] for s in steps] == [0, 10, 40, 70, 100]  # type: ignore[index]
-    assert all(s["held"] and not s["backed_off"] for s in steps)  # type: ignore[index]
-    at = [s["at_s"] for s in steps]  # type: ignore[index]
+    steps = recs(res["steps"])
+    assert [s["weight"] for s in steps] == [0, 10, 40, 70, 100]
+    assert all(s["held"] and not s["backed_off"] for s in steps)
+    at = [num(s["at_s"]) for s in steps]
     assert all(b - a >= PLAN.step_hold_s for a, b in itertools.pairwise(at[1:]))
-    assert res["probe_green_at_s"] <= at[0]  # type: ignore[operator]
-    assert res["warmed_at_s"] <= at[1]  # type: ignore[operator]
-    held = res["hysteresis_held_at_s"]
-    assert held - at[-1] >= PLAN.step_hold_s + PLAN.hysteresis_s  # type: ignore[operator]
-    thaw = res["thaw"]
-    assert [t["side"] for t in thaw] == ["primary", "survivor"]  # type: ignore[index]
-    assert thaw[1]["cells"] == ["c1-0"]  # type: ignore[index]
-    assert thaw[1]["at_s"] - thaw[0]["at_s"] >= PLAN.step_hold_s  # type: ignore[index]
+    assert num(res["probe_green_at_s"]) <= at[0]
+    assert num(res["warmed_at_s"]) <= at[1]
+    held = num(res["hysteresis_held_at_s"])
+    assert held - at[-1] >= PLAN.step_hold_s + PLAN.hysteresis_s
+    thaw = recs(res["thaw"])
+    assert [t["side"] for t in thaw] == ["primary", "survivor"]
+    assert thaw[1]["cells"] == ["c1-0"]
+    assert num(thaw[1]["at_s"]) - num(thaw[0]["at_s"]) >= PLAN.step_hold_s
     # the survivor was pinned (no scale-in) until the thaw; traffic is home
     kinds = [type(op).__name__ for _, op, _ in fb.applied]
     assert kinds[:4] == ["SetRegionWeight", "SetRouteWeights", "PauseScaler", "MirrorTraffic"]
@@ -307,7 +308,7 @@ def test_failback_backs_off_one_step_on_an_injected_burn() -> None:
     run_failback(twin, fb, each=burn)
     res = fb.result()
     assert res["state"] == "done"
-    steps = [(s["weight"], s["held"], s["backed_off"]) for s in res["steps"]]  # type: ignore[index]
+    steps = [(s["weight"], s["held"], s["backed_off"]) for s in recs(res["steps"])]
     assert steps == [
         (0, True, False),
         (10, True, False),
@@ -318,7 +319,7 @@ def test_failback_backs_off_one_step_on_an_injected_burn() -> None:
         (100, True, False),
     ]
     assert res["backoffs"] == 1
-    assert "a error burn" in str(res["steps"][2]["reason"])  # type: ignore[index]
+    assert "a error burn" in str(dig(res, "steps", 2, "reason"))
 
 
 def test_failback_refuses_different_digests_and_moves_nothing() -> None:

@@ -298,7 +298,9 @@ def md_tables(text: str) -> dict[str, list[list[str]]]:
     """Each Markdown table (header row first) under the '## ' heading it follows."""
     tokens = MarkdownIt("commonmark").enable("table").parse(text)
     tables: dict[str, list[list[str]]] = {}
-    heading, rows, row, in_heading = "", None, None, False
+    heading, in_heading = "", False
+    rows: list[list[str]] | None = None
+    row: list[str] | None = None
     for t in tokens:
         if t.type == "heading_open":
             in_heading = True
@@ -369,7 +371,7 @@ def test_markdown_has_every_section_and_the_numbers() -> None:
     assert "Budget 10m 00s: over budget by 10m 15s." in md
     assert "> **Posture problem: the hydrate term alone exceeds the RTO budget" in md
 
-    hydrate = dict(row for row in tables["Hydrate"][1:])  # type: ignore[misc]
+    hydrate = dict(row for row in tables["Hydrate"][1:])
     assert hydrate["P2P peer hit rate"] == "62.0%"
     assert hydrate["origin errors (503/429)"] == "1834"
     assert hydrate["first ready replica"] == "11m 00s"
@@ -503,7 +505,7 @@ def test_hydrate_two_panels_and_survivor_kv_with_the_hypothesis_limit() -> None:
 
 def test_a_region_keeps_its_colour_across_charts() -> None:
     charts = by_chart(render_html(fixture_report()))
-    colour: dict[str, str] = {}
+    colour: dict[str, str | None] = {}
     for key in ("ttft_p99", "hydrate", "kv_usage"):
         for line in classed(charts[key], "series"):
             name = line["data-series"]

@@ -24,7 +24,7 @@ import jmespath
 import pytest
 import yaml
 from botocore.exceptions import ParamValidationError
-from botocore.model import Shape
+from botocore.model import ListShape, MapShape, Shape, StringShape, StructureShape
 from botocore.validate import ParamValidator
 from typer.testing import CliRunner
 
@@ -108,31 +108,33 @@ def _check_manifest(m: dict[str, Any]) -> None:
 
 
 FIS_MODEL = botocore.session.get_session().get_service_model("fis")
-FIS_INPUT = FIS_MODEL.operation_model("CreateExperimentTemplate").input_shape
+_FIS_INPUT = FIS_MODEL.operation_model("CreateExperimentTemplate").input_shape
+assert _FIS_INPUT is not None, "botocore's fis model lost CreateExperimentTemplate's input"
+FIS_INPUT: StructureShape = _FIS_INPUT
 
 
 def _check_shape(value: Any, shape: Shape, path: str = "") -> list[str]:
     """What ParamValidator does not check: max lengths/sizes, patterns and enums."""
     problems: list[str] = []
     meta = shape.metadata
-    if shape.type_name == "string":
+    if isinstance(shape, StringShape):
         if "max" in meta and len(value) > meta["max"]:
             problems.append(f"{path}: longer than {meta['max']}")
         pattern = meta.get("pattern")
         if pattern and "\\p" not in pattern and not re.fullmatch(pattern, value):
             problems.append(f"{path}: {value!r} does not match {pattern}")
-        enum = getattr(shape, "enum", None)
+        enum = shape.enum
         if enum and value not in enum:
             problems.append(f"{path}: {value!r} not in {enum}")
-    elif shape.type_name == "structure":
+    elif isinstance(shape, StructureShape):
         for k, v in value.items():
             problems += _check_shape(v, shape.members[k], f"{path}.{k}")
-    elif shape.type_name == "list":
+    elif isinstance(shape, ListShape):
         if "max" in meta and len(value) > meta["max"]:
             problems.append(f"{path}: more than {meta['max']} items")
         for i, v in enumerate(value):
             problems += _check_shape(v, shape.member, f"{path}[{i}]")
-    elif shape.type_name == "map":
+    elif isinstance(shape, MapShape):
         if "max" in meta and len(value) > meta["max"]:
             problems.append(f"{path}: more than {meta['max']} entries")
         for k, v in value.items():

@@ -18,17 +18,20 @@ from firedrill.remediate.policy import Budgets, PolicySpec, Timings
 
 @dataclass
 class FakeFleet:
-    """Just enough of the Fleet port: nodes in cells, and a journal of applied operations."""
+    """The Fleet port over nodes in cells (node count per cell), journaling applied operations."""
 
-    cells: dict[str, int]
+    sizes: dict[str, int]
     applied: list[ops.Operation] = field(default_factory=list)
     ready: dict[str, bool] = field(default_factory=dict)
 
     def names(self, cell: str) -> list[str]:
-        return [f"{cell}-n{i:03d}" for i in range(self.cells[cell])]
+        return [f"{cell}-n{i:03d}" for i in range(self.sizes[cell])]
 
     def apply(self, op: ops.Operation) -> ops.Operation:
         self.applied.append(op)
+        return ops.Noop()
+
+    def inverse_of(self, op: ops.Operation) -> ops.Operation:
         return ops.Noop()
 
     def node(self, name: str) -> NodeView:
@@ -38,10 +41,10 @@ class FakeFleet:
         )
 
     def node_views(self, *, cell: str | None = None) -> Sequence[NodeView]:
-        cells = [cell] if cell is not None else list(self.cells)
+        cells = [cell] if cell is not None else list(self.sizes)
         return [self.node(n) for c in cells for n in self.names(c)]
 
-    def cell_views(self) -> Sequence[CellView]:
+    def cells(self) -> Sequence[CellView]:
         return []
 
     def changes(self, *, since_s: float, cell: str | None = None) -> Sequence[ChangeEvent]:

@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -155,9 +156,9 @@ def test_an_evicted_window_is_marked_incomplete() -> None:
         (lambda f: f.pop(SUMS), "SHA256SUMS is missing"),
     ],
 )
-def test_tampering_is_named(change: object, problem: str) -> None:
+def test_tampering_is_named(change: Callable[[dict[str, bytes]], object], problem: str) -> None:
     files = files_of(bundle())
-    change(files)  # type: ignore[operator]
+    change(files)
     problems = verify(files)
     assert any(problem in p for p in problems), problems
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from firedrill.errors import FiredrillError, OperationError, UnknownTargetError
 from firedrill.model import operations as ops
 from firedrill.model.operations import Operation
-from firedrill.model.release import DigestRecord
+from firedrill.model.release import DigestRecord, ServingDigest
 from firedrill.respond.guards import (
     DENY_ALL_FLAG,
     FAST_BURN,
@@ -126,11 +126,17 @@ class _Catalog:
 
     def published(self, model: str) -> Sequence[DigestRecord]:
         if model != "m":
-            raise UnknownTargetError(f"unknown model {model!r}")
+            raise UnknownTargetError("model", model)
         return (self.record,)
 
     def digest_record(self, digest: str) -> DigestRecord | None:
         return self.record if digest == self.record.digest else None
+
+    def serving_digests(self, region: str) -> Sequence[ServingDigest]:
+        return ()
+
+    def unsigned_replicas_admitted(self) -> int:
+        return 0
 
 
 def _genuine(guard: str) -> GuardResult:
@@ -415,7 +421,7 @@ def test_pull_drain_steps_and_holds_when_the_receivers_stay_healthy() -> None:
     plan = drain_check(lever, twin, twin, TwinWorld(twin))
     seen: list[tuple[float, tuple[str, ...]]] = []
 
-    def quiet(cells: tuple[str, ...] | list[str]) -> dict[str, float]:
+    def quiet(cells: Sequence[str]) -> dict[str, float]:
         seen.append((twin.now_s(), tuple(cells)))
         return {c: 1.0 for c in cells}
 
@@ -841,19 +847,13 @@ def test_dry_run_proposes_and_changes_nothing() -> None:
     assert snapshot(twin) == before
 
 
-class FailingLabels:
-    """The demo twin, except that labelling a node fails (an API error mid-lever)."""
-
-    def __init__(self, twin: Twin) -> None:
-        self.twin = twin
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.twin, name)
+class FailingLabels(TwinWorld):
+    """The demo twin's Fleet port, except that labelling a node fails (an API error mid-lever)."""
 
     def apply(self, op: Operation) -> Operation:
         if isinstance(op, ops.Label):
             raise OperationError("the API server said no")
-        return self.twin.apply(op)
+        return super().apply(op)
 
 
 def test_a_failure_half_way_reverts_what_was_applied() -> None:
@@ -861,7 +861,7 @@ def test_a_failure_half_way_reverts_what_was_applied() -> None:
     fleet = FailingLabels(twin)
     entry = pull(
         Lever("node_quarantine", SERVE, QuarantineParams("xid79")),
-        fleet,  # type: ignore[arg-type]
+        fleet,
         approvers=[OPS],
         at_s=0,
         reason="x",

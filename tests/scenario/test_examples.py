@@ -38,7 +38,9 @@ def test_example_scenario_meets_its_expectations(path: Path, tmp_path: Path) -> 
     assert isinstance(rem, dict)
     for key in ("actions", "blocked", "chains"):
         assert isinstance(rem[key], list)
-    for n in data["notifications"]:  # type: ignore[attr-defined]
+    notifications = data["notifications"]
+    assert isinstance(notifications, list)
+    for n in notifications:
         assert {"receiver", "alertname", "cell", "at_s", "alerts"} <= set(n)
     for a in rem["actions"]:
         assert {"node", "cell", "action", "reason", "at_s", "dry_run"} <= set(a)
@@ -105,7 +107,9 @@ def test_a_storm_of_node_alerts_in_a_cell_is_one_incident(tmp_path: Path) -> Non
 
 def test_a_hung_training_run_is_rated_on_gpu_hours(tmp_path: Path) -> None:
     data = _run(Path("examples/scenarios/training-hang-512.yaml"), tmp_path)
-    (inc,) = data["incidents"]  # type: ignore[misc]
+    incidents = data["incidents"]
+    assert isinstance(incidents, list)
+    (inc,) = incidents
     assert inc["deciding_axis"] == "gpu_hours"
     assert inc["sev"] == "SEV3"  # 4,096 GPUs x $2 = $8,192/h, no user affected
     assert inc["postmortem"]["gpu_hours_lost"] > 0

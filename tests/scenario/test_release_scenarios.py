@@ -101,7 +101,13 @@ def test_a_policy_without_break_glass_kinds_still_needs_a_grant_for_a_rollback()
     spec, fleet, slo, policy = load_scenario(SCENARIOS / "fast-and-wrong-digest.yaml")
     assert spec.responder is not None
     responder = spec.responder.model_copy(update={"breakglass": []})
-    r = run_scenario(spec.model_copy(update={"responder": responder}), fleet, slo, policy)
+    r = run_scenario(
+        spec.model_copy(update={"responder": responder}),
+        fleet,
+        slo,
+        policy,
+        make_world=embedded_world,
+    )
     data = to_json(r, evaluate(r, list(spec.expect)), spec_sha256="test")
     applied = [
         (inc, lv)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from firedrill.cli import app
@@ -27,7 +28,7 @@ def _finding(key: str, text: str = "") -> dict[str, JsonValue]:
 
 
 def _record(
-    s: object,
+    s: Session,
     rung: int,
     keys: tuple[str, ...],
     *,
@@ -44,7 +45,7 @@ def _record(
         "findings": [_finding(k, (texts or {}).get(k, "")) for k in keys],
     }
     row, _ = stored.record(
-        session=s,  # type: ignore[arg-type]
+        session=s,
         name=f"l{rung}",
         model="llm-70b",
         rung=rung,
@@ -84,7 +85,9 @@ def test_close_is_audited_and_a_finding_seen_again_reopens(store: Store) -> None
             items.close(session=s, item_id=ident, by="carol", note="again", at=T0)
         with pytest.raises(StoreError, match="no action item"):
             items.close(session=s, item_id="FND-000000000000", by="carol", note="x", at=T0)
-        assert items.get(session=s, item_id=ident).status == "closed"  # type: ignore[union-attr]
+        item = items.get(session=s, item_id=ident)
+        assert item is not None
+        assert item.status == "closed"
         _record(s, 0, (KEYS[2],), day=2)
     with store.session() as s:
         view = items.get(session=s, item_id=ident)

@@ -32,8 +32,10 @@ from firedrill.store import (
     postmortems,
     timeline,
 )
-from firedrill.store.ingest import AlertIngestor, persist_report, read_report
+from firedrill.store.ingest import AlertIngestor, persist_report
 from firedrill.store.models import AuditRecord, Incident, TimelineEvent
+from firedrill.store.respond_report import read_report
+from tests.shapes import dig
 
 CANARY = Path("examples/scenarios/phantom-xid-canary.yaml")
 STORM = Path("examples/scenarios/exporter-upgrade-storm.yaml")
@@ -147,7 +149,7 @@ def test_an_unresolved_incident_has_no_postmortem_yet(store: Store, storm: dict[
         suspects = assessment.data["suspects"]
         assert isinstance(suspects, list)
         assert suspects
-        assert suspects[0]["stream"] == "node_layer"  # type: ignore[index, call-overload]
+        assert dig(suspects, 0, "stream") == "node_layer"
         draft = assessment.data["postmortem_draft"]
         assert isinstance(draft, dict)
         assert draft["action_items"]

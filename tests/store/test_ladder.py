@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from firedrill.cli import app
@@ -20,7 +21,7 @@ REPORT: dict[str, JsonValue] = {"drill": "x", "verdict": "passed", "hypothesis":
 
 
 def _record(
-    s: object,
+    s: Session,
     rung: int,
     verdict: str = "passed",
     *,
@@ -31,7 +32,7 @@ def _record(
     model: str = "llm-70b",
 ) -> None:
     stored.record(
-        session=s,  # type: ignore[arg-type]
+        session=s,
         name=f"l{rung}-{model}",
         model=model,
         rung=f"L{rung}",

@@ -37,7 +37,7 @@ from firedrill.store import (
     timeline,
 )
 from firedrill.store.db import parse_url
-from firedrill.store.models import Base, Incident, TimelineEvent
+from firedrill.store.models import Base, Incident, JsonValue, TimelineEvent
 
 TABLES = {
     "incidents",
@@ -229,8 +229,16 @@ def test_roles_and_handoffs(store: Store) -> None:
 
 
 def test_lever_journal_requires_inverse_and_reasons(store: Store) -> None:
-    op = {"op": "patch_route_weights", "route": "llama-70b", "weights": {"use1-a": 0}}
-    inverse = {"op": "patch_route_weights", "route": "llama-70b", "weights": {"use1-a": 100}}
+    op: dict[str, JsonValue] = {
+        "op": "patch_route_weights",
+        "route": "llama-70b",
+        "weights": {"use1-a": 0},
+    }
+    inverse: dict[str, JsonValue] = {
+        "op": "patch_route_weights",
+        "route": "llama-70b",
+        "weights": {"use1-a": 100},
+    }
     with store.session() as s:
         inc = _open(s)
         levers.record(
@@ -455,7 +463,11 @@ def test_postmortem_and_action_items(store: Store) -> None:
 
 
 def test_drill_results(store: Store) -> None:
-    report = {"seed": 7, "spec_sha256": "ab" * 32, "rto_s": {"detect": 62.0, "shift": 180.5}}
+    report: dict[str, JsonValue] = {
+        "seed": 7,
+        "spec_sha256": "ab" * 32,
+        "rto_s": {"detect": 62.0, "shift": 180.5},
+    }
     with store.session() as s:
         r = drills.record(
             session=s,
@@ -523,7 +535,13 @@ BAD_CALLS: dict[str, Callable[[Session, str], Any]] = {
         session=s, incident_id="INC-9999", at_s=1.0, kind="k", actor="a", text="x"
     ),
     "data not JSON": lambda s, i: timeline.add(
-        session=s, incident_id=i, at_s=1.0, kind="k", actor="a", text="x", data={"x": object()}
+        session=s,
+        incident_id=i,
+        at_s=1.0,
+        kind="k",
+        actor="a",
+        text="x",
+        data={"x": object()},  # type: ignore[dict-item]  # deliberately not JSON
     ),
     "data NaN": lambda s, i: timeline.add(
         session=s, incident_id=i, at_s=1.0, kind="k", actor="a", text="x", data={"x": float("inf")}

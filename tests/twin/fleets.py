@@ -35,7 +35,7 @@ def model(
     return ModelSpec(
         name=name,
         weights_gb=weights_gb,
-        tp=tp,  # type: ignore[arg-type]
+        tp=tp,
         weights=WeightsSpec(digest=D),
         bundle=CatalogBundleSpec(
             digest=B,

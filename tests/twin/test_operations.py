@@ -787,7 +787,7 @@ LEVERS: st.SearchStrategy[ops.Operation] = st.one_of(
     st.builds(ops.DenyCapacity, _region),
     st.builds(ops.AllowCapacity, _region),
     st.builds(
-        lambda md, q: ops.SetWeightsQuality(*md, q),
+        lambda md, q: ops.SetWeightsQuality(md[0], md[1], q),
         st.sampled_from([("llm-70b", OLD_70B), ("llm-70b", NEW_70B), ("llm-8b", OLD_8B)]),
         st.none() | st.sampled_from([0.5, 0.97]),
     ),

@@ -16,6 +16,7 @@ from firedrill.model import operations as ops
 from firedrill.model.spec import RegistrySpec
 from firedrill.twin import pullers
 from firedrill.twin.engine import PULLING, READY, Twin
+from tests.shapes import num
 from tests.twin.fleets import fleet, model
 
 ORIGIN_GBPS = 50.0
@@ -58,8 +59,8 @@ def test_competing_pullers_slow_the_storm_and_raise_origin_errors(
     # the eval sweep's 5.6 TB shares the origin: the serving wave's transfer takes twice as long
     assert competing["competing_gbytes"] == pytest.approx(5600.0)
     assert competing["first_ready_s"] == pytest.approx(224 + 28 + 20, abs=15)
-    assert competing["peak_gbps_per_node"] == pytest.approx(alone["peak_gbps_per_node"] / 2)  # type: ignore[operator]
-    assert competing["origin_errors"] > 1.8 * alone["origin_errors"]  # type: ignore[operator]
+    assert competing["peak_gbps_per_node"] == pytest.approx(num(alone["peak_gbps_per_node"]) / 2)
+    assert num(competing["origin_errors"]) > 1.8 * num(alone["origin_errors"])
     assert competing["replicas_became_ready"] == alone["replicas_became_ready"] == 40
 
 

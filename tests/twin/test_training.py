@@ -374,7 +374,8 @@ def test_suspend_then_its_inverse_resumes_from_the_checkpoint_on_the_same_nodes(
     nodes = view(twin).nodes
     inverse = twin.apply(ops.SuspendJobSet("pretrain"))
     js = view(twin)
-    assert (js.state, js.gpus, js.steps_lost) == ("suspended", 0, pytest.approx(5.0))
+    assert (js.state, js.gpus) == ("suspended", 0)
+    assert js.steps_lost == pytest.approx(5.0)
     assert inverse == ops.ResumeJobSet("pretrain", ())
     assert isinstance(twin.apply(ops.SuspendJobSet("pretrain")), ops.Noop)
     twin.apply(inverse)

@@ -4,6 +4,7 @@ has its stream ended (never a stream that silently stops receiving)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 
 import pytest
 
@@ -19,6 +20,7 @@ def test_a_reconnect_replays_only_what_came_after_its_last_event() -> None:
     async def read() -> list[str]:
         out = []
         stream = hub.stream(last_id=1)
+        assert isinstance(stream, AsyncGenerator)  # closed below, as a server closes it
         async for chunk in stream:
             out.append(chunk)
             if len(out) == 3:

@@ -304,9 +304,11 @@ def test_events_stream_replays_what_happened_since_the_last_event_id(api: Any) -
 def test_a_client_too_slow_to_send_its_body_gets_408() -> None:
     import asyncio
 
+    from starlette.types import Message
+
     from firedrill.web.app import _Limits
 
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
     reached: list[bool] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -316,7 +318,7 @@ def test_a_client_too_slow_to_send_its_body_gets_408() -> None:
         await asyncio.sleep(5)
         return {"type": "http.request", "body": b"{}", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     scope = {"type": "http", "method": "POST", "headers": []}

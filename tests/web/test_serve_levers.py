@@ -84,6 +84,7 @@ def open_and_propose(client: TestClient, service: IncidentService) -> dict[str, 
     service.tick()
     (inc,) = client.get("/api/v1/incidents", headers=auth("bob-token")).json()
     (lever,) = client.get(f"/api/v1/incidents/{inc['id']}/levers", headers=auth("bob-token")).json()
+    assert isinstance(lever, dict)
     return lever
 
 

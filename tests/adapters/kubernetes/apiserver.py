@@ -173,7 +173,7 @@ class FakeApiServer:
         query = dict(parse_qsl(request.url.query.decode(), keep_blank_values=True))
         t = parse_path(path)
         ns = t.namespace or ""
-        body = json.loads(request.content) if request.content else None
+        body: Obj = json.loads(request.content) if request.content else {}
         dry = query.get("dryRun") == "All"
         key = (t.group, t.plural, ns, t.name or "")
         if (t.group, t.plural) not in KINDS:

@@ -46,7 +46,7 @@ def make_cluster(validator: SchemaValidator, *, dry_run: bool = False) -> Cluste
         if obj.get("kind") in UNCHECKED_KINDS:
             unchecked.add(str(obj["kind"]))
             return []
-        return validator.problems(obj)  # type: ignore[arg-type]
+        return validator.problems(obj)
 
     server = FakeApiServer(validate=check)
     conn = connect(replay_config(), transport=server.transport())

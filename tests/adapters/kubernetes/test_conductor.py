@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,9 @@ from firedrill.adapters.kubernetes import conductor as conductor_mod
 from firedrill.adapters.kubernetes.client import Connection
 from firedrill.adapters.kubernetes.conductor import WorkflowConductor
 from firedrill.cli import app
+from firedrill.drill.spec import DrillSpec
 from firedrill.errors import OperationError
-from firedrill.export.chaos_mesh import chaos_workflow
+from firedrill.export.chaos_mesh import ChaosWorkflowExport, chaos_workflow
 from firedrill.specfile import load_drill
 from tests.adapters.kubernetes.conftest import Cluster
 
@@ -33,7 +36,7 @@ class FakeClock:
         self.t += seconds
 
 
-def _l5() -> tuple[object, object]:
+def _l5() -> tuple[DrillSpec, ChaosWorkflowExport]:
     loaded = load_drill(ROOT / "examples" / "drills" / "l5-region-blackhole.yaml")
     return loaded.spec, chaos_workflow(loaded.spec, loaded.fleet)
 
@@ -193,7 +196,7 @@ def _replayed_prometheus(monkeypatch: pytest.MonkeyPatch, firing: list[dict[str,
 
     def answer(request: httpx.Request) -> httpx.Response:
         query = request.url.params.get("query", "")
-        result = []
+        result: list[dict[str, object]] = []
         if query.startswith("ALERTS"):
             result = [{"metric": {"__name__": "ALERTS", **m}, "value": [0, "1"]} for m in firing]
         data = {"resultType": "vector", "result": result}
@@ -201,11 +204,9 @@ def _replayed_prometheus(monkeypatch: pytest.MonkeyPatch, firing: list[dict[str,
             data = {"resultType": "matrix", "result": []}
         return httpx.Response(200, json={"status": "success", "data": data})
 
-    real = signals_mod.PrometheusSignals
-
-    class Replayed(real):  # type: ignore[misc, valid-type]
-        def __init__(self, url: str, **kw: object) -> None:
-            super().__init__(url, transport=httpx.MockTransport(answer), **kw)  # type: ignore[arg-type]
+    class Replayed(signals_mod.PrometheusSignals):
+        def __init__(self, url: str, *, now: Callable[[], datetime], epoch: datetime) -> None:
+            super().__init__(url, now=now, epoch=epoch, transport=httpx.MockTransport(answer))
 
     monkeypatch.setattr(signals_mod, "PrometheusSignals", Replayed)
 

@@ -4,7 +4,7 @@ API (or advising with server-side dry runs), its probes and metrics, and the Pro
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -272,11 +272,9 @@ def test_the_command_ticks_once_against_the_cluster(
         data = {"resultType": "vector", "result": []}
         return httpx.Response(200, json={"status": "success", "data": data})
 
-    real = PrometheusSignals
-
-    class Replayed(real):  # type: ignore[misc, valid-type]
-        def __init__(self, url: str, **kw: object) -> None:
-            super().__init__(url, transport=httpx.MockTransport(answer), **kw)  # type: ignore[arg-type]
+    class Replayed(PrometheusSignals):
+        def __init__(self, url: str, *, now: Callable[[], datetime], epoch: datetime) -> None:
+            super().__init__(url, now=now, epoch=epoch, transport=httpx.MockTransport(answer))
 
     monkeypatch.setattr(signals_mod, "PrometheusSignals", Replayed)
     runner = CliRunner()

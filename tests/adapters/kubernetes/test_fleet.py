@@ -13,13 +13,15 @@ from firedrill.adapters.kubernetes.errors import KubernetesError
 from firedrill.adapters.kubernetes.schemas import SchemaValidator
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
+from tests.adapters.kubernetes.apiserver import Obj
 from tests.adapters.kubernetes.cluster import pdb, seed_small
 from tests.adapters.kubernetes.conftest import Cluster, make_cluster
+from tests.shapes import dig
 
 QK = "gpu.corp/quarantine"
 
 
-def _node(c: Cluster, name: str = "gpu-0") -> dict:
+def _node(c: Cluster, name: str = "gpu-0") -> Obj:
     return c.server.get("", "nodes", name)
 
 
@@ -56,7 +58,7 @@ def test_quarantine_then_inverses_restore_the_node(cluster: Cluster) -> None:
     taint_call = f.journal[0].writes[0]
     assert taint_call.method == "PATCH"
     assert taint_call.content_type == "application/merge-patch+json"
-    assert taint_call.body["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert dig(taint_call.body, "metadata", "resourceVersion")
     assert [r.outcome for r in f.journal] == ["applied"] * 8
 
 
@@ -80,7 +82,7 @@ def test_drain_evicts_the_named_classes_through_the_eviction_api_and_keeps_daemo
         "/api/v1/namespaces/serve/pods/llm-a/eviction",
         "/api/v1/namespaces/serve/pods/llm-b/eviction",
     ]
-    assert all(c.body["kind"] == "Eviction" for c in evictions)  # type: ignore[index]
+    assert all(dig(c.body, "kind") == "Eviction" for c in evictions)
     left = {k[3] for k in cluster.server.objects if k[:2] == ("", "pods")}
     assert {"dcgm-exporter-x", "train-0", "llm-c"} <= left  # DaemonSet, training, other node
     assert "llm-a" not in left
@@ -226,7 +228,9 @@ def test_remediation_jobs_and_the_burn_in_result(cluster: Cluster) -> None:
         "completionTime": "2026-12-03T12:20:00Z",
         "conditions": [{"type": "Complete", "status": "True", "reason": "Completed"}],
     }
-    at, passed, detail = f.burn_in_result("gpu-1")  # type: ignore[misc]
+    result = f.burn_in_result("gpu-1")
+    assert result is not None
+    at, passed, detail = result
     assert passed
     assert burn["metadata"]["name"] in detail
     assert at == pytest.approx(1_796_300_400.0)  # seconds since the fleet's epoch (1970)

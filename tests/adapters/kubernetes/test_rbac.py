@@ -59,7 +59,11 @@ def _controller_flow(validator: SchemaValidator) -> list[ApiCall]:
         p = ControllerProcess(
             policy, conn, signals, LeaderElector(conn, "a", clock), now=clock, advise=advise
         )
-        p.run(lambda p=p: p.ticks >= 6, clock.advance)  # the informer's thread stops too
+
+        def six_ticks(p: ControllerProcess = p) -> bool:
+            return p.ticks >= 6
+
+        p.run(six_ticks, clock.advance)  # the informer's thread stops too
         f = p.fleet
         f.apply(ops.EjectReplica("llm-c"))  # a thermal straggler's replica leaves routing
         f.pods_on("gpu-1", 0)

@@ -22,6 +22,7 @@ from firedrill.model import operations as ops
 from firedrill.scenario.run import ScenarioRun, run_scenario
 from firedrill.specfile import load_scenario
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld, embedded_world
 from tests.adapters.kubernetes.cluster import seed_from_fleet
 from tests.adapters.kubernetes.conftest import Cluster, make_cluster
 
@@ -32,14 +33,20 @@ ROOT = Path(__file__).resolve().parents[3]
 def _run(name: str) -> tuple[ScenarioRun, Twin]:
     spec, fleet, slo, policy = load_scenario(ROOT / "examples" / "scenarios" / f"{name}.yaml")
     fresh = Twin(fleet, spec.seed, hours_hint=spec.duration_s / 3600.0)  # the cluster at t=0
-    return run_scenario(spec, fleet, slo, policy), fresh
+    return run_scenario(spec, fleet, slo, policy, make_world=embedded_world), fresh
+
+
+def _twin(run: ScenarioRun) -> Twin:
+    """The embedded twin the scenario ran on (its journal is what the control plane applied)."""
+    assert isinstance(run.world, TwinWorld)
+    return run.world.twin
 
 
 def _control_plane(run: ScenarioRun) -> list[ops.Applied]:
     """What the control plane applied: the twin's journal less the scenario's own injections."""
     injected = Counter(op for _, _, op in run.applied)
     out = []
-    for a in run.twin.journal:
+    for a in _twin(run).journal:
         if injected[a.op]:
             injected[a.op] -= 1
             continue
@@ -80,10 +87,10 @@ def test_the_control_plane_sequence_is_the_same_through_the_kubernetes_adapter(
         for r in c.fleet.journal
     ]
     # every node the control plane touched ends as the twin left it
-    touched = sorted({a.op.node for a in applied if hasattr(a.op, "node")})  # type: ignore[union-attr]
+    touched = sorted({a.op.node for a in applied if hasattr(a.op, "node")})
     assert touched
     for node in touched:
-        twin_view, k8s_view = run.twin.node(node), c.fleet.node(node)
+        twin_view, k8s_view = _twin(run).node(node), c.fleet.node(node)
         assert k8s_view.cordoned == twin_view.cordoned, node
         assert set(k8s_view.taints) == set(twin_view.taints), node
         mine = "gpu.corp/quarantine"

@@ -48,7 +48,7 @@ def test_watch_resumes_from_bookmarks_and_relists_after_410(cluster: Cluster) ->
     assert informer.items["gpu-0"]["metadata"]["annotations"][DRIVER] == "560.35.03"
     watches = [c for c in cluster.fleet.transport.calls if c.watch]
     assert all(("allowWatchBookmarks", "true") in c.query for c in watches)
-    versions = [dict(c.query).get("resourceVersion") for c in watches]
+    versions = [dict(c.query)["resourceVersion"] for c in watches]
     # the first watch starts at the list's version; the reconnect resumes from the version the
     # last event and bookmark carried (116), which was compacted away: 410, relist, and the next
     # watch starts at the relist's version
