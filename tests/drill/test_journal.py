@@ -186,3 +186,25 @@ def test_two_journals_in_the_same_second_get_distinct_files(tmp_path: Path) -> N
 def test_the_directory_comes_from_the_environment() -> None:
     assert default_directory({}) == Path(".firedrill/journal")
     assert default_directory({"FIREDRILL_JOURNAL_DIR": "/var/lib/fd"}) == Path("/var/lib/fd")
+
+
+def test_a_reader_never_sees_a_journal_before_its_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gameday recover`` may list the directory while a drill is creating its journal: the file
+    appears under its name only once the header is in it."""
+    seen: list[list[Path]] = []
+    write = Journal._write
+
+    def spying(self: Journal, record: dict[str, Any]) -> None:
+        seen.append([s.path for s in pending(tmp_path, include_live=True)])
+        write(self, record)
+
+    monkeypatch.setattr(Journal, "_write", spying)
+    with Journal.create(tmp_path, drill="d", spec_sha256="0" * 64, seed=1, run_by="a") as j:
+        assert seen == [[]]  # the header was written while nothing was listed
+        (state,) = pending(tmp_path, include_live=True)
+        assert state.path == j.path
+        assert state.live
+        assert state.header.drill == "d"
+    assert [p.name for p in tmp_path.iterdir()] == [j.path.name]  # no hidden file left behind

@@ -90,13 +90,18 @@ def test_hydrate_stats_measure_a_scale_out_in_the_survivor() -> None:
     assert st["replicas_became_ready"] == 4
     assert st["gbytes_pulled"] == pytest.approx(4 * 140.0)
     assert 0.0 < num(st["p2p_hit_rate"]) < 1.0
-    assert st["peak_gbps_per_node"] == pytest.approx(twin.nodes[0].nic_gbps)
-    # 140 GB at 50 GB/s, 28 s load, 20 s warm-up after the next 5 s reconcile
-    assert 45 <= num(st["first_ready_s"]) <= 75
+    # below the 50 GB/s line rate: four pulls share the 100 GB/s origin (25 each) and the
+    # swarm's upload (5 GB/s per holder), so each node moves 37.5-40 GB/s
+    nic = twin.nodes[0].nic_gbps
+    assert 0.7 * nic <= num(st["peak_gbps_per_node"]) < nic
+    # 140 GB at ~39 GB/s, 28 s load, 20 s warm-up after the next 5 s reconcile
+    assert 45 <= num(st["first_ready_s"]) <= 90
     assert st["time_to_slo_s"] == 0.0  # the survivor had the headroom all along
     assert seq(st["ready_curve"])[0] == [0.0, 10]
     assert dig(st["ready_curve"], -1, 1) == 14
-    assert st["origin_errors"] == 0
+    # the four clients ask the origin for what peers cannot seed (150 GB/s > 100): it answers
+    # 429, at most parallel_gets / back-off per client per second while they pull
+    assert 0 < num(st["origin_errors"]) <= 4 * 16 / 2.0 * num(st["first_ready_s"])
 
 
 def test_time_to_slo_waits_for_the_ttft_to_come_back() -> None:

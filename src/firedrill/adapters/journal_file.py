@@ -134,19 +134,14 @@ class Journal:
         when = (started or datetime.now(UTC)).astimezone(UTC)
         pid = os.getpid() if pid is None else pid
         stem = f"{when:%Y%m%dT%H%M%S}Z-{_SAFE.sub('_', drill)[:80]}-{pid}"
-        fd = -1
-        path = directory / f"{stem}{SUFFIX}"
-        for attempt in range(1, 1000):
-            path = directory / (f"{stem}{SUFFIX}" if attempt == 1 else f"{stem}-{attempt}{SUFFIX}")
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-                break
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                raise JournalError(f"{path}: cannot create the journal ({exc})") from exc
-        else:
-            raise JournalError(f"{directory}: no free journal file name for {stem}")
+        # The header is written under a hidden name first and the file is linked into place
+        # only then, so a reader (``gameday recover``, another drill) never sees a journal
+        # without its header; the link keeps the inode, so the lock and the descriptor hold.
+        hidden = directory / f".{stem}{SUFFIX}.{os.getpid()}.new"
+        try:
+            fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise JournalError(f"{hidden}: cannot create the journal ({exc})") from exc
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh file: nobody else holds it
         header = JournalHeader(
             drill=drill,
@@ -157,9 +152,26 @@ class Journal:
             pid=pid,
             started=when.isoformat().replace("+00:00", "Z"),
         )
-        state = JournalState(path, header, (), None, live=True, torn_tail=False)
-        journal = cls(path, fd, state)
-        journal._write({"kind": "header", **dataclasses.asdict(header)})
+        state = JournalState(hidden, header, (), None, live=True, torn_tail=False)
+        journal = cls(hidden, fd, state)
+        try:
+            journal._write({"kind": "header", **dataclasses.asdict(header)})
+            for attempt in range(1, 1000):
+                name = f"{stem}{SUFFIX}" if attempt == 1 else f"{stem}-{attempt}{SUFFIX}"
+                try:
+                    os.link(hidden, directory / name)
+                except FileExistsError:
+                    continue
+                journal.path = directory / name
+                break
+            else:
+                os.close(fd)
+                raise JournalError(f"{directory}: no free journal file name for {stem}")
+        except OSError as exc:
+            os.close(fd)
+            raise JournalError(f"{hidden}: cannot create the journal ({exc})") from exc
+        finally:
+            hidden.unlink(missing_ok=True)
         _fsync_dir(directory)
         return journal
 

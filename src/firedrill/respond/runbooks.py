@@ -6,6 +6,11 @@ the ``Responder``; a test holds that every symptom kind has exactly one entry he
 
 ``kv_oom`` is ``kv_oom_runbook``: a KV-cache bundle change before onset is reverted first, then
 the serving runbook's levers follow (it includes them), so it is the serving runbook's superset.
+
+``training_stall`` is ``node_layer_runbook``: the steps on the JobSet itself (suspend, quarantine
+the node that hangs, resume off it) are the training-hang runbook of ``remediate.training``,
+which the remediation side runs; what the responder adds is the cause-driven lever, a driver
+rollout under the gang rolled back.
 """
 
 from __future__ import annotations
@@ -30,5 +35,6 @@ RUNBOOKS: Mapping[SymptomKind, Runbook] = MappingProxyType(
         "xid": node_layer_runbook,
         "egress": security_runbook,
         "pd_imbalance": pd_imbalance_runbook,
+        "training_stall": node_layer_runbook,
     }
 )
