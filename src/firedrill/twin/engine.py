@@ -16,7 +16,6 @@ import heapq
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +42,7 @@ from firedrill.twin.faults import FaultEvent, FaultProcess
 from firedrill.twin.quality import QUALITY_OPS, GoldenSet
 from firedrill.twin.recorder import SeriesStore
 from firedrill.twin.recovery import RECOVERY_OPS, RecoveryFeatures
+from firedrill.twin.replica import LIVE, STATE_NAMES, DigestInfo, Node, Replica, ReplicaState
 from firedrill.twin.sandbox import SANDBOX_OPS, SandboxSim
 from firedrill.twin.serving import (
     PoolShape,
@@ -58,10 +58,15 @@ from firedrill.twin.training import TRAINING_OPS, TrainingSim
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
-# Replica lifecycle states.
-PENDING, PULLING, LOADING, WARMING, READY, DRAINING, EJECTED, GONE = range(8)
-STATE_NAMES = ("cold", "pulling", "loading", "warming", "ready", "draining", "ejected", "gone")
-LIVE = (PENDING, PULLING, LOADING, WARMING, READY, EJECTED)
+# Replica lifecycle states by name, for importers of the engine (tests, benchmarks).
+PENDING = ReplicaState.PENDING
+PULLING = ReplicaState.PULLING
+LOADING = ReplicaState.LOADING
+WARMING = ReplicaState.WARMING
+READY = ReplicaState.READY
+DRAINING = ReplicaState.DRAINING
+EJECTED = ReplicaState.EJECTED
+GONE = ReplicaState.GONE
 
 RECONCILE_EVERY_S = 5.0
 AUTOSCALE_EVERY_S = 15.0
@@ -81,61 +86,6 @@ TPOT_EXPORT = np.array(VLLM_TPOT_BUCKETS_S)
 # Fatal XIDs: the GPU is unusable until reset/reboot (replicas on it cannot restart).
 FATAL_XIDS = frozenset({48, 62, 64, 79, 95, 119, 120, 140})
 APP_XIDS = frozenset({13, 31, 43, 45, 94, 109})
-
-
-@dataclass
-class Node:
-    name: str
-    region: int
-    cell: int
-    pool: str
-    role: str
-    gpus: int
-    nic_gbps: float  # GB/s
-    versions: dict[str, str]
-    free: list[int]  # free GPU indices
-    ready: bool = True
-    cordoned: bool = False
-    taints: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (value, effect)
-    labels: dict[str, str] = field(default_factory=dict)
-    cache: set[int] = field(default_factory=set)  # digests on local disk
-    failed_gpus: set[int] = field(default_factory=set)
-    link_down: bool = False
-    replicas: set[int] = field(default_factory=set)
-
-    @property
-    def schedulable(self) -> bool:
-        return (
-            self.ready
-            and not self.cordoned
-            and self.role == "serving"
-            and not any(eff in ("NoSchedule", "NoExecute") for _, eff in self.taints.values())
-        )
-
-
-@dataclass
-class Replica:
-    id: int
-    model: int
-    cell: int
-    digest: int
-    state: int = PENDING
-    node: int = -1
-    gpus: tuple[int, ...] = ()
-    token: int = 0  # invalidates stale heap events
-    slowdown: float = 1.0
-
-    @property
-    def pod(self) -> str:
-        return f"r{self.id:06d}"
-
-
-@dataclass(frozen=True)
-class DigestInfo:
-    model: int
-    digest: str
-    signed: bool
-    attested: bool
 
 
 class Twin:
@@ -445,7 +395,7 @@ class Twin:
     def _pool(self, r: Replica) -> int:
         return r.model * len(self.cell_names) + r.cell
 
-    def _set_state(self, r: Replica, state: int) -> None:
+    def _set_state(self, r: Replica, state: ReplicaState) -> None:
         p = self._pool(r)
         self.pool_dirty[p] = True
         self.replica_log.append((self.t, r.id, r.state, state, r.node))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.twin.replica import ReplicaState
 
 if TYPE_CHECKING:
     from firedrill.twin.engine import Twin
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 PULLER_OPS = (ops.StartPullers, ops.StopPullers, ops.FreezePullers)
 RECYCLE_OPS = (ops.RecyclePool, ops.StopRecycle)
 RECYCLE_EVERY_S = 5.0  # the Deployment controller's pace
-READY_STATE = 4  # engine.READY: the engine imports this module, so not imported from there
 
 
 @dataclass
@@ -277,7 +277,9 @@ class Recycler:
         tw = self.twin
         job.started_s = tw.t
         for p in job.pools:
-            ready = sorted(r for r in tw.pool_replicas[p] if tw.replicas[r].state == READY_STATE)
+            ready = sorted(
+                r for r in tw.pool_replicas[p] if tw.replicas[r].state == ReplicaState.READY
+            )
             n = math.ceil(job.spec.percent / 100.0 * len(ready) - 1e-9)
             job.queue.extend(ready[:n])
             job.target_ready[p] = len(ready)
@@ -306,7 +308,7 @@ class Recycler:
             if tw.pool_of(rid) != pool:
                 continue
             del job.queue[i]
-            if r.state == READY_STATE:
+            if r.state == ReplicaState.READY:
                 return rid
             return self._next_in(job, pool)  # gone or broken since: skip it
         return None
