@@ -200,7 +200,7 @@ class Twin:
         self.region_digest = np.zeros((nm, len(self.region_names)), dtype=np.int64)
         self.available: set[tuple[int, int]] = set()
         for mi, m in enumerate(self.models):
-            d = self._register_digest(mi, m.weights.digest, m.weights.signed, m.weights.attested)
+            d = self.register_digest(mi, m.weights.digest, m.weights.signed, m.weights.attested)
             self.region_digest[mi, :] = d
             for ri in range(len(self.region_names)):
                 self.available.add((ri, d))
@@ -268,7 +268,7 @@ class Twin:
         self.timeout_mask = (np.arange(self.queue_k)[None, :] >= timeout_steps[:, None]).astype(
             np.int64
         )
-        self._update_seats()
+        self.update_seats()
         # serving state
         p = self.n_pools
         self.ready = np.zeros(p, dtype=np.int64)
@@ -281,9 +281,9 @@ class Twin:
         self._pending_admit = np.zeros((p, self.queue_k), dtype=np.int64)
         self._factor_acc = np.zeros(p)
         self._extra_acc = np.zeros(p)
-        ages = np.arange(self.queue_k)
-        self._age_wait = ages * self.dt  # a cohort admitted k steps after arriving waited k·dt
-        self._pool_range = np.arange(p)
+        # a cohort admitted k steps after arriving waited k·dt
+        self.age_wait_s = np.arange(self.queue_k, dtype=np.float64) * self.dt
+        self.pool_range = np.arange(p)
         self._zeros_i = np.zeros(p, dtype=np.int64)
         self.pool_dirty = np.ones(p, dtype=bool)
         self.error_fraction = np.zeros(p)
@@ -325,14 +325,14 @@ class Twin:
         self._last_scale = np.full(p, -1e18)
         self._oom_models: set[int] = set()
 
-    def _register_digest(self, model: int, digest: str, signed: bool, attested: bool) -> int:
+    def register_digest(self, model: int, digest: str, signed: bool, attested: bool) -> int:
         if digest in self.digest_index:
             return self.digest_index[digest]
         self.digests.append(DigestInfo(model, digest, signed, attested))
         self.digest_index[digest] = len(self.digests) - 1
         return len(self.digests) - 1
 
-    def _update_seats(self) -> None:
+    def update_seats(self) -> None:
         seats = np.zeros(self.n_pools)
         kv_tokens = np.zeros(self.n_pools)
         self._oom_models = set()
@@ -495,7 +495,7 @@ class Twin:
             self._set_state(r, EJECTED)
             self._push(self.t + RESTART_BACKOFF_S, "restart", (r.id, r.token))
 
-    def _remove(self, r: Replica, *, graceful: bool) -> None:
+    def remove_replica(self, r: Replica, *, graceful: bool) -> None:
         if r.state in (GONE, DRAINING):
             return
         if graceful and r.state == READY:
@@ -610,7 +610,7 @@ class Twin:
     def advance(self, seconds: float) -> None:
         self.run_for(seconds)
 
-    def _routing_matrix(self) -> tuple[F64, F64]:
+    def routing_matrix(self) -> tuple[F64, F64]:
         """Per model: share of each region's demand sent to each cell, and the cross-region mask.
 
         Locality first: a region's demand goes to its own cells in proportion to their route
@@ -630,7 +630,7 @@ class Twin:
         nc = len(self.cell_names)
         rps = self.demand.rps(self.t)  # [products, regions]
         d_model = self.product_to_model @ rps  # [models, regions]
-        share, cross = self._routing_matrix()
+        share, cross = self.routing_matrix()
         flow = d_model[:, :, None] * share  # [models, regions, cells]
         routed = flow.sum(axis=1)
         unrouted = d_model.sum(axis=1) - routed.sum(axis=1)  # models with no weight anywhere
@@ -705,7 +705,7 @@ class Twin:
         self._extra_acc += admitted * extra
         # completions: TPOT histogram (one observation per finished request), success counters
         tpot_bin = np.searchsorted(TPOT_EXPORT, tpot / slow_mix)
-        np.add.at(self.tpot_hist, (self._pool_range, tpot_bin), done)
+        np.add.at(self.tpot_hist, (self.pool_range, tpot_bin), done)
         self.tpot_sum += done * tpot
         if self.error_fraction.any():
             failed = self.rng.binomial(done, self.error_fraction)
@@ -756,7 +756,7 @@ class Twin:
                     continue
                 for ci in range(nc):
                     f = flow[mi, ri, ci]
-                    if f > 0 and self._cut(ri, self.cell_region[ci]):
+                    if f > 0 and self.regions_cut(ri, self.cell_region[ci]):
                         lam[mi * nc + ci] -= f
                         lost[mi * nc + ci] += f
         for ci in range(nc):
@@ -778,7 +778,7 @@ class Twin:
         counts, sums = self.binner.bin(self.rng, pend, factor, extra)
         self.ttft_hist += counts
         self.ttft_sum += sums
-        self.queue_wait_sum += pend @ self._age_wait
+        self.queue_wait_sum += pend @ self.age_wait_s
         self.admitted_total += n
         length = self.rng.binomial(n, 0.1)
         self.success_length += length
@@ -800,7 +800,7 @@ class Twin:
                 self.preemptions[p] += 1
                 self._crash(self.replicas[rid], fatal=False)
 
-    def _cut(self, a: int, b: int) -> bool:
+    def regions_cut(self, a: int, b: int) -> bool:
         if a == b:
             return False
         ra, rb = self.region_names[a], self.region_names[b]
@@ -855,9 +855,9 @@ class Twin:
         ready_total = sum(1 for r in live if r.state == READY)
         for r in sorted(stale, key=_removal_order):
             if r.state != READY:
-                self._remove(r, graceful=True)
+                self.remove_replica(r, graceful=True)
             elif ready_total > want:
-                self._remove(r, graceful=True)
+                self.remove_replica(r, graceful=True)
                 ready_total -= 1
         # surplus of a planned digest (scale-in, smaller canary)
         for d, n in plan.items():
@@ -865,7 +865,7 @@ class Twin:
                 (r for r in live if r.digest == d and r.state in LIVE), key=_removal_order
             )
             for r in have[: max(0, len(have) - n)]:
-                self._remove(r, graceful=True)
+                self.remove_replica(r, graceful=True)
         unscheduled = False
         for rid in sorted(self.pool_replicas[p]):
             r = self.replicas[rid]
@@ -970,7 +970,7 @@ class Twin:
         self.node_region = np.append(self.node_region, ri)
         self.node_cell = np.append(self.node_cell, ci)
         self.faults.nodes = len(self.nodes)
-        self._record_change("node_layer", ci, node.name, "", versions["node_image"], "node joined")
+        self.note_change("node_layer", ci, node.name, "", versions["node_image"], "node joined")
 
     # ------------------------------------------------------------------------------------------
     # supply chain
@@ -996,7 +996,7 @@ class Twin:
                     self._begin_load(r)
 
     def _replication_lands(self, source: int, target: int, digest: int) -> None:
-        if (source, target) in self.replication_paused or self._cut(source, target):
+        if (source, target) in self.replication_paused or self.regions_cut(source, target):
             self.pending_replication.append((source, target, digest))
             return
         self.available.add((target, digest))
@@ -1006,20 +1006,20 @@ class Twin:
             before = int(self.region_digest[mi, target])
             self.region_digest[mi, target] = digest
             if before != digest:
-                self._record_region_change("weights", target, self.models[mi].name, before, digest)
-        self._replicate_onward(target, digest)
+                self.note_region_change("weights", target, self.models[mi].name, before, digest)
+        self.replicate_onward(target, digest)
 
-    def _replicate_onward(self, source: int, digest: int) -> None:
+    def replicate_onward(self, source: int, digest: int) -> None:
         for ri, r in enumerate(self.spec.regions):
             if r.replicate_from == self.region_names[source] and (ri, digest) not in self.available:
                 self._push(self.t + r.replication_lag_s, "replicated", (source, ri, digest))
 
-    def _record_region_change(
+    def note_region_change(
         self, stream: ChangeStream, region: int, subject: str, before: int, after: int
     ) -> None:
         for ci, cr in enumerate(self.cell_region):
             if cr == region:
-                self._record_change(
+                self.note_change(
                     stream, ci, subject, self.digests[before].digest, self.digests[after].digest
                 )
 
@@ -1173,22 +1173,22 @@ class Twin:
         """The inverse ``op`` would have if applied now (validates targets; changes nothing)."""
         return self._inverse(op)
 
-    def _node_i(self, name: str) -> int:
+    def lookup_node(self, name: str) -> int:
         if name not in self.node_index:
             raise UnknownTargetError("node", name)
         return self.node_index[name]
 
-    def _cell_i(self, name: str) -> int:
+    def lookup_cell(self, name: str) -> int:
         if name not in self.cell_index:
             raise UnknownTargetError("cell", name)
         return self.cell_index[name]
 
-    def _model_i(self, name: str) -> int:
+    def lookup_model(self, name: str) -> int:
         if name not in self.model_index:
             raise UnknownTargetError("model", name)
         return self.model_index[name]
 
-    def _region_i(self, name: str) -> int:
+    def lookup_region(self, name: str) -> int:
         if name not in self.region_index:
             raise UnknownTargetError("region", name)
         return self.region_index[name]
@@ -1201,44 +1201,44 @@ class Twin:
         self.sandbox.check(op)  # a promotion freeze refuses new catalog digests
         match op:
             case ops.Cordon(node=node) | ops.Drain(node=node):
-                n = self.nodes[self._node_i(node)]
+                n = self.nodes[self.lookup_node(node)]
                 return ops.Noop("already cordoned") if n.cordoned else ops.Uncordon(node)
             case ops.Uncordon(node=node):
-                n = self.nodes[self._node_i(node)]
+                n = self.nodes[self.lookup_node(node)]
                 return ops.Cordon(node) if n.cordoned else ops.Noop("not cordoned")
             case ops.Taint(node=node, key=key, effect=effect):
-                n = self.nodes[self._node_i(node)]
+                n = self.nodes[self.lookup_node(node)]
                 if key in n.taints:
                     old_v, old_e = n.taints[key]
                     return ops.Taint(node, key, old_v, old_e)  # type: ignore[arg-type]
                 return ops.Untaint(node, key, effect)
             case ops.Untaint(node=node, key=key):
-                n = self.nodes[self._node_i(node)]
+                n = self.nodes[self.lookup_node(node)]
                 if key in n.taints:
                     v, e = n.taints[key]
                     return ops.Taint(node, key, v, e)  # type: ignore[arg-type]
                 return ops.Noop("no such taint")
             case ops.Label(node=node, key=key):
-                n = self.nodes[self._node_i(node)]
+                n = self.nodes[self.lookup_node(node)]
                 return ops.Label(node, key, n.labels.get(key))
             case ops.SetRouteWeights(model=model, weights=weights):
-                mi = self._model_i(model)
-                old = tuple((c, int(self.weights[mi, self._cell_i(c)])) for c, _ in weights)
+                mi = self.lookup_model(model)
+                old = tuple((c, int(self.weights[mi, self.lookup_cell(c)])) for c, _ in weights)
                 return ops.SetRouteWeights(model, old)
             case ops.QuarantineCell(cell=cell):
-                ci = self._cell_i(cell)
+                ci = self.lookup_cell(cell)
                 return (
                     ops.Noop("already") if self.cell_quarantined[ci] else ops.UnquarantineCell(cell)
                 )
             case ops.UnquarantineCell(cell=cell):
-                ci = self._cell_i(cell)
+                ci = self.lookup_cell(cell)
                 return (
                     ops.QuarantineCell(cell)
                     if self.cell_quarantined[ci]
                     else ops.Noop("not quarantined")
                 )
             case ops.PauseScaler(model=model, cell=cell):
-                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                p = self.lookup_model(model) * len(self.cell_names) + self.lookup_cell(cell)
                 prev = int(self.scaler_paused[p])
                 return (
                     ops.UnpauseScaler(model, cell)
@@ -1246,16 +1246,16 @@ class Twin:
                     else ops.PauseScaler(model, cell, prev)
                 )
             case ops.UnpauseScaler(model=model, cell=cell):
-                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                p = self.lookup_model(model) * len(self.cell_names) + self.lookup_cell(cell)
                 prev = int(self.scaler_paused[p])
                 return ops.Noop("not paused") if prev < 0 else ops.PauseScaler(model, cell, prev)
             case ops.SetReplicas(model=model, cell=cell):
-                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                p = self.lookup_model(model) * len(self.cell_names) + self.lookup_cell(cell)
                 return ops.SetReplicas(model, cell, int(self.desired[p]))
             case ops.StartRollout(model=model) | ops.AbortRollout(model=model):
                 # These move only the canary: their inverse must leave each region's stable
                 # digest alone (regions differ while a promotion replicates).
-                mi = self._model_i(model)
+                mi = self.lookup_model(model)
                 ro = self.rollout[mi]
                 if ro is not None:
                     return ops.StartRollout(model, self.digests[ro[0]].digest, ro[1])
@@ -1263,14 +1263,14 @@ class Twin:
                     return ops.AbortRollout(model)
                 return ops.Noop("no rollout")
             case ops.PromoteRollout(model=model):
-                mi = self._model_i(model)
+                mi = self.lookup_model(model)
                 ro = self.rollout[mi]
                 stable = self.digests[int(self.region_digest[mi, 0])].digest
                 if ro is None:
                     return ops.RestoreRollout(model, stable, None, 0)
                 return ops.RestoreRollout(model, stable, self.digests[ro[0]].digest, ro[1])
             case ops.RestoreRollout(model=model):
-                mi = self._model_i(model)
+                mi = self.lookup_model(model)
                 ro = self.rollout[mi]
                 stable = self.digests[int(self.region_digest[mi, 0])].digest
                 return ops.RestoreRollout(
@@ -1301,19 +1301,19 @@ class Twin:
                 ops.PromoteDigest(model=model, region=region)
                 | ops.RestoreDigest(model=model, region=region)
             ):
-                mi, ri = self._model_i(model), self._region_i(region)
+                mi, ri = self.lookup_model(model), self.lookup_region(region)
                 return ops.RestoreDigest(
                     model, region, self.digests[int(self.region_digest[mi, ri])].digest
                 )
             case ops.PauseReplication(source=s, target=t):
-                link = (self._region_i(s), self._region_i(t))
+                link = (self.lookup_region(s), self.lookup_region(t))
                 return (
                     ops.Noop("already paused")
                     if link in self.replication_paused
                     else ops.ResumeReplication(s, t)
                 )
             case ops.ResumeReplication(source=s, target=t):
-                link = (self._region_i(s), self._region_i(t))
+                link = (self.lookup_region(s), self.lookup_region(t))
                 return (
                     ops.PauseReplication(s, t)
                     if link in self.replication_paused
@@ -1334,14 +1334,14 @@ class Twin:
                     else ops.Noop("not cut")
                 )
             case ops.DenyCapacity(region=region):
-                ri = self._region_i(region)
+                ri = self.lookup_region(region)
                 return (
                     ops.Noop("already denied")
                     if ri in self.capacity_denied
                     else ops.AllowCapacity(region)
                 )
             case ops.AllowCapacity(region=region):
-                ri = self._region_i(region)
+                ri = self.lookup_region(region)
                 return (
                     ops.DenyCapacity(region)
                     if ri in self.capacity_denied
@@ -1351,23 +1351,23 @@ class Twin:
                 ops.InjectDcgmField(node=node, gpu=gpu, field_id=fid)
                 | ops.ClearDcgmField(node=node, gpu=gpu, field_id=fid)
             ):
-                ni = self._node_i(node)
+                ni = self.lookup_node(node)
                 self._gpu_check(ni, gpu)
                 if fid not in _DCGM_NAMES:
                     raise UnknownTargetError("DCGM field", str(fid))
                 return ops.ClearDcgmField(node, gpu, fid, self.dcgm.get((ni, gpu, fid), 0.0))
             case ops.InjectLinkFlap(node=node):
-                self._node_i(node)
+                self.lookup_node(node)
                 return ops.ClearLinkFlap(node)
             case ops.ClearLinkFlap(node=node):
-                n = self.nodes[self._node_i(node)]
+                n = self.nodes[self.lookup_node(node)]
                 return ops.InjectLinkFlap(node) if n.link_down else ops.Noop("link not down")
             case ops.InjectThermal(node=node, gpu=gpu):
-                ni = self._node_i(node)
+                ni = self.lookup_node(node)
                 self._gpu_check(ni, gpu)
                 return ops.ClearThermal(node, gpu)
             case ops.ClearThermal(node=node, gpu=gpu):
-                ni = self._node_i(node)
+                ni = self.lookup_node(node)
                 self._gpu_check(ni, gpu)
                 if not self.dcgm.get((ni, gpu, -2)):
                     return ops.Noop("not hot")
@@ -1378,7 +1378,7 @@ class Twin:
                 ]
                 return ops.InjectThermal(node, gpu, max(slowdowns, default=2.0))
             case ops.SetServingConfig(model=model):
-                mi = self._model_i(model)
+                mi = self.lookup_model(model)
                 bundle = self.bundle[mi]
                 return ops.SetServingConfig(
                     model,
@@ -1387,17 +1387,17 @@ class Twin:
                     bundle.serving_config.gpu_memory_utilization,
                 )
             case ops.SetNodeVersion(node=node, component=comp):
-                n = self.nodes[self._node_i(node)]
+                n = self.nodes[self.lookup_node(node)]
                 return ops.SetNodeVersion(node, comp, n.versions[comp])
             case ops.InjectServingErrors(model=model, cell=cell):
-                p = self._model_i(model) * len(self.cell_names) + self._cell_i(cell)
+                p = self.lookup_model(model) * len(self.cell_names) + self.lookup_cell(cell)
                 return ops.InjectServingErrors(model, cell, float(self.error_fraction[p]))
             case ops.ResetGpu(node=node, gpu=gpu):
-                ni = self._node_i(node)
+                ni = self.lookup_node(node)
                 self._gpu_check(ni, gpu)
                 return ops.Noop("a reset cannot be undone")
             case ops.RebootNode(node=node) | ops.RunBurnIn(node=node):
-                self._node_i(node)
+                self.lookup_node(node)
                 return ops.Noop("cannot be undone")
             case ops.KillPod(pod=pod):
                 self._pod_check(pod)
@@ -1418,7 +1418,7 @@ class Twin:
             case _ if isinstance(op, QUALITY_OPS):
                 return self.golden.inverse(op)
             case _ if isinstance(op, PD_OPS):
-                return disagg.inverse(self, op)
+                return disagg.inverse(self, self.pd, op)
             case ops.Noop():
                 return ops.Noop()
         raise OperationError(f"unsupported operation {op!r}")
@@ -1429,19 +1429,19 @@ class Twin:
 
     def _partition_check(self, kind: str, a: str, b: str) -> None:
         if kind == "cell-registry":
-            ci = self._cell_i(a)
-            self._region_i(b)
+            ci = self.lookup_cell(a)
+            self.lookup_region(b)
             if self.region_names[self.cell_region[ci]] != b:
                 raise OperationError(f"cell '{a}' pulls from its own region's registry, not '{b}'")
         elif kind == "region-edge":
-            self._region_i(a)
+            self.lookup_region(a)
             if b != "edge":
                 raise OperationError("a region-edge partition names the edge as 'edge'")
         elif kind == "region-region":
-            self._region_i(a)
-            self._region_i(b)
+            self.lookup_region(a)
+            self.lookup_region(b)
         else:
-            self._region_i(a)
+            self.lookup_region(a)
 
     def _apply(self, op: ops.Operation) -> ops.Operation:
         inverse = self._inverse(op)
@@ -1486,7 +1486,7 @@ class Twin:
                 n.cordoned = True
                 if "inference" in classes:
                     for rid in sorted(n.replicas):
-                        self._remove(self.replicas[rid], graceful=True)
+                        self.remove_replica(self.replicas[rid], graceful=True)
                 if "training" in classes and self.spec.training:
                     self.training.on_node_unavailable(ni)
                 self.supply.cancel_node(ni)
@@ -1501,7 +1501,7 @@ class Twin:
                     old_w = int(self.weights[mi, ci])
                     self.weights[mi, ci] = w
                     if old_w != w:  # demand (stream 6): traffic moves into or out of the cell
-                        self._record_change("demand", ci, model, str(old_w), str(w), "route weight")
+                        self.note_change("demand", ci, model, str(old_w), str(w), "route weight")
             case ops.QuarantineCell(cell=cell):
                 self.cell_quarantined[self.cell_index[cell]] = True
             case ops.UnquarantineCell(cell=cell):
@@ -1528,11 +1528,11 @@ class Twin:
                 if self.digests[self.digest_index[digest]].model != mi:
                     raise OperationError(f"digest {digest} is not a digest of '{model}'")
                 self.rollout[mi] = (self.digest_index[digest], pct)
-                self._record_model_change("weights", mi, "stable", f"{digest} canary {pct}%")
+                self.note_model_change("weights", mi, "stable", f"{digest} canary {pct}%")
             case ops.AbortRollout(model=model):
                 mi = self.model_index[model]
                 self.rollout[mi] = None
-                self._record_model_change("weights", mi, "canary", "aborted: stable at 100%")
+                self.note_model_change("weights", mi, "canary", "aborted: stable at 100%")
             case ops.PromoteRollout(model=model):
                 mi = self.model_index[model]
                 ro = self.rollout[mi]
@@ -1542,7 +1542,7 @@ class Twin:
                 for ri in range(len(self.region_names)):
                     self.region_digest[mi, ri] = ro[0]
                     self.available.add((ri, ro[0]))
-                self._record_model_change("weights", mi, "canary", "promoted to 100%")
+                self.note_model_change("weights", mi, "canary", "promoted to 100%")
             case ops.RestoreRollout(
                 model=model, stable_digest=stable, canary_digest=canary, canary_percent=pct
             ):
@@ -1558,32 +1558,32 @@ class Twin:
                 after = f"restored: stable {stable}"
                 if canary is not None:
                     after += f", {canary} canary {pct}%"
-                self._record_model_change("weights", mi, "rollout", after)
+                self.note_model_change("weights", mi, "rollout", after)
             case ops.SetFlag(key=key, value=value):
                 if value is None:
                     self.flags.pop(key, None)
                 else:
                     self.flags[key] = value
-                self._record_change("network_policy", -1, key, "", value or "", "flag")
+                self.note_change("network_policy", -1, key, "", value or "", "flag")
             case ops.QuarantinePod(pod=pod):
                 self.quarantined_pods.add(pod)
             case ops.UnquarantinePod(pod=pod):
                 self.quarantined_pods.discard(pod)
             case ops.PromoteDigest(model=model, region=region, digest=digest, signed=s, attested=a):
                 mi, ri = self.model_index[model], self.region_index[region]
-                d = self._register_digest(mi, digest, s, a)
+                d = self.register_digest(mi, digest, s, a)
                 before = int(self.region_digest[mi, ri])
                 self.available.add((ri, d))
                 self.region_digest[mi, ri] = d
-                self._record_region_change("weights", ri, model, before, d)
-                self._replicate_onward(ri, d)
+                self.note_region_change("weights", ri, model, before, d)
+                self.replicate_onward(ri, d)
             case ops.RestoreDigest(model=model, region=region, digest=digest):
                 mi, ri = self.model_index[model], self.region_index[region]
                 if digest not in self.digest_index:
                     raise UnknownTargetError("digest", digest)
                 before = int(self.region_digest[mi, ri])
                 self.region_digest[mi, ri] = self.digest_index[digest]
-                self._record_region_change("weights", ri, model, before, self.digest_index[digest])
+                self.note_region_change("weights", ri, model, before, self.digest_index[digest])
             case ops.PauseReplication(source=s, target=t):
                 self.replication_paused.add((self.region_index[s], self.region_index[t]))
             case ops.ResumeReplication(source=s, target=t):
@@ -1591,10 +1591,10 @@ class Twin:
                 self._flush_replication()
             case ops.Partition(kind=kind, a=a, b=b):
                 self.partitions.add((kind, a, b))
-                self._record_change("network_policy", -1, f"{kind}:{a}/{b}", "open", "cut")
+                self.note_change("network_policy", -1, f"{kind}:{a}/{b}", "open", "cut")
             case ops.Heal(kind=kind, a=a, b=b):
                 self.partitions.discard((kind, a, b))
-                self._record_change("network_policy", -1, f"{kind}:{a}/{b}", "cut", "open")
+                self.note_change("network_policy", -1, f"{kind}:{a}/{b}", "cut", "open")
                 self._flush_replication()
             case ops.DenyCapacity(region=region):
                 self.capacity_denied.add(self.region_index[region])
@@ -1635,8 +1635,8 @@ class Twin:
                     update={"max_num_seqs": mns, "gpu_memory_utilization": gmu}
                 )
                 self.bundle[mi] = old.model_copy(update={"digest": bd, "serving_config": sc})
-                self._update_seats()
-                self._record_model_change(
+                self.update_seats()
+                self.note_model_change(
                     "bundle",
                     mi,
                     f"{old.digest} seqs={old.serving_config.max_num_seqs}"
@@ -1649,7 +1649,7 @@ class Twin:
                 old_version = n.versions[comp]
                 n.versions[comp] = version
                 self._refresh_bad_exporters()
-                self._record_change("node_layer", n.cell, node, old_version, version, comp)
+                self.note_change("node_layer", n.cell, node, old_version, version, comp)
             case ops.InjectServingErrors(model=model, cell=cell, fraction=frac):
                 if not 0.0 <= frac <= 1.0:
                     raise OperationError("error fraction must be within 0..1")
@@ -1664,7 +1664,7 @@ class Twin:
                 ni = self.node_index[node]
                 n = self.nodes[ni]
                 for rid in sorted(n.replicas):
-                    self._remove(self.replicas[rid], graceful=False)
+                    self.remove_replica(self.replicas[rid], graceful=False)
                 n.ready = False
                 self.training.on_node_unavailable(ni)
                 self._record_node(node)
@@ -1694,7 +1694,7 @@ class Twin:
             case _ if isinstance(op, QUALITY_OPS):
                 self.golden.apply(op)
             case _ if isinstance(op, PD_OPS):
-                disagg.apply(self, op)
+                disagg.apply(self, self.pd, op)
             case ops.Noop():
                 pass
         return inverse
@@ -1704,7 +1704,7 @@ class Twin:
         for s, t, d in pending:
             self._push(self.t + self.spec.regions[t].replication_lag_s, "replicated", (s, t, d))
 
-    def _record_change(
+    def note_change(
         self,
         stream: ChangeStream,
         cell: int,
@@ -1719,11 +1719,11 @@ class Twin:
             ChangeEvent(self.t, stream, region, cname, subject, before, after, detail)
         )
 
-    def _record_model_change(self, stream: ChangeStream, mi: int, before: str, after: str) -> None:
+    def note_model_change(self, stream: ChangeStream, mi: int, before: str, after: str) -> None:
         for ci in range(len(self.cell_names)):
             p = mi * len(self.cell_names) + ci
             if self.desired[p] > 0:
-                self._record_change(stream, ci, self.models[mi].name, before, after)
+                self.note_change(stream, ci, self.models[mi].name, before, after)
 
     def record_change(self, event: ChangeEvent) -> None:
         """Ingest a change from outside the twin (a scenario's timeline, a demand event)."""
@@ -1770,7 +1770,7 @@ class Twin:
     # ------------------------------------------------------------------------------------------
     # Fleet port: reads
     def node(self, name: str) -> NodeView:
-        return self._node_view(self._node_i(name))
+        return self._node_view(self.lookup_node(name))
 
     def _node_view(self, ni: int) -> NodeView:
         n = self.nodes[ni]
@@ -1789,7 +1789,7 @@ class Twin:
         )
 
     def pods_on(self, node: str, gpu: int | None = None) -> Sequence[str]:
-        n = self.nodes[self._node_i(node)]
+        n = self.nodes[self.lookup_node(node)]
         return [
             self.replicas[r].pod
             for r in sorted(n.replicas)
@@ -1797,7 +1797,7 @@ class Twin:
         ]
 
     def burn_in_result(self, node: str) -> tuple[float, bool, str] | None:
-        self._node_i(node)
+        self.lookup_node(node)
         return self.burn_in.get(node)
 
     # the audit log of the agent sandboxes (respond.security.AuditLog): proxy and gateway records
@@ -1814,11 +1814,11 @@ class Twin:
     def node_views(self, *, cell: str | None = None) -> Sequence[NodeView]:
         if cell is None:
             return [self._node_view(i) for i in range(len(self.nodes))]
-        return [self._node_view(i) for i in self.cell_nodes[self._cell_i(cell)]]
+        return [self._node_view(i) for i in self.cell_nodes[self.lookup_cell(cell)]]
 
     def rollout_view(self, model: str) -> RolloutView:
         """A model's weights rollout: stable digest per region, canary digest and step."""
-        return self.golden.rollout_view(self._model_i(model))
+        return self.golden.rollout_view(self.lookup_model(model))
 
     def cells(self) -> Sequence[CellView]:
         out = []
@@ -1857,7 +1857,7 @@ class Twin:
 
     def changes(self, *, since_s: float, cell: str | None = None) -> Sequence[ChangeEvent]:
         if cell is not None:
-            self._cell_i(cell)
+            self.lookup_cell(cell)
         return [
             c
             for c in self.changes_log
