@@ -13,7 +13,6 @@ of a step does not grow with the number of nodes.
 from __future__ import annotations
 
 import heapq
-import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -29,16 +28,16 @@ from firedrill.model.spec import (
     VLLM_TPOT_BUCKETS_S,
     VLLM_TTFT_BUCKETS_S,
     FleetSpec,
-    Versions,
 )
 from firedrill.model.state import CellView, NodeView, ReplicaCounts
 from firedrill.twin import disagg
+from firedrill.twin.capacity import AUTOSCALE_EVERY_S, Capacity
 from firedrill.twin.deps import LOAD_RETRY_S
 from firedrill.twin.disagg import PD_OPS, Disaggregation
 from firedrill.twin.faults import FaultEvent
 from firedrill.twin.quality import QUALITY_OPS, GoldenSet
 from firedrill.twin.recovery import RECOVERY_OPS, RecoveryFeatures
-from firedrill.twin.replica import Node, ReplicaState
+from firedrill.twin.replica import ReplicaState
 from firedrill.twin.sandbox import SANDBOX_OPS, SandboxSim
 from firedrill.twin.scheduling import RESTART_BACKOFF_S, Scheduling
 from firedrill.twin.serving import (
@@ -58,7 +57,6 @@ EJECTED = ReplicaState.EJECTED
 GONE = ReplicaState.GONE
 
 RECONCILE_EVERY_S = 5.0
-AUTOSCALE_EVERY_S = 15.0
 CROSS_REGION_RTT_S = 0.07
 OOM_CRASH_PER_S = 1.0 / 900.0  # crash rate of a replica whose gpu_memory_utilization is too high
 LINK_FLAP_S = (30.0, 180.0)  # a link flap lasts this long (uniform)
@@ -73,7 +71,7 @@ FATAL_XIDS = frozenset({48, 62, 64, 79, 95, 119, 120, 140})
 APP_XIDS = frozenset({13, 31, 43, 45, 94, 109})
 
 
-class Twin(Scheduling):
+class Twin(Scheduling, Capacity):
     """The digital twin of a fleet. Construct from a validated ``FleetSpec`` and a seed."""
 
     def __init__(self, spec: FleetSpec, seed: int, *, record: bool = True, hours_hint: float = 1.0):
@@ -371,99 +369,6 @@ class Twin(Scheduling):
             for rid in ready[:k]:
                 self.preemptions[p] += 1
                 self._crash(self.replicas[rid], fatal=False)
-
-    # ------------------------------------------------------------------------------------------
-    # reconcile, scheduling, autoscaling, capacity
-
-    def _autoscale(self) -> None:
-        for p in range(self.n_pools):
-            mi = int(self.pool_model[p])
-            a = self.models[mi].autoscaler
-            if not a.enabled or self.scaler_paused[p] >= 0 or self.desired[p] == 0:
-                continue
-            ready = int(self.ready[p])
-            if ready == 0:
-                continue
-            cap = ready * self.max_rps_per_replica[p]
-            util = self.lam[p] / cap if cap > 0 else 0.0
-            waiting = int(self.queue[p].sum())
-            cur = int(self.desired[p])
-            new = cur
-            if (util > a.target_utilization or waiting > 0) and self.t - self._last_scale[
-                p
-            ] >= a.scale_out_cooldown_s:
-                new = math.ceil(cur * max(util / a.target_utilization, 1.1))
-            elif (
-                util < a.target_utilization * 0.5
-                and self.t - self._last_scale[p] >= a.scale_in_cooldown_s
-            ):
-                # scale in gently: at most 10% per cooldown, never below what the load needs
-                new = max(math.ceil(cur * util / a.target_utilization), int(cur * 0.9))
-            new = max(a.min_replicas, min(a.max_replicas, new))
-            if new != cur:
-                grow = new - cur
-                if grow > 0:
-                    grow = self._capacity_for(p, grow)
-                    new = cur + grow
-                if new != cur:
-                    self.desired[p] = new
-                    self._last_scale[p] = self.t
-                    self.pool_dirty[p] = True
-
-    def _capacity_for(self, p: int, extra_replicas: int) -> int:
-        """Nodes for a scale-out: free GPUs in the cell first, then the region's spare pool."""
-        mi, ci = int(self.pool_model[p]), int(self.pool_cell[p])
-        tp = self.models[mi].tp
-        free_slots = sum(
-            len([g for g in self.nodes[n].free if g not in self.nodes[n].failed_gpus]) // tp
-            for n in self.cell_nodes[ci]
-            if self.nodes[n].schedulable
-        )
-        pending = int(self.state_counts[p, PENDING])
-        short = extra_replicas + pending - free_slots
-        if short <= 0:
-            return extra_replicas
-        ri = self.cell_region[ci]
-        per_node = 8 // tp
-        need_nodes = math.ceil(short / per_node)
-        if ri in self.capacity_denied:
-            self.capacity_errors += need_nodes
-            return max(0, free_slots - pending)
-        grant = min(need_nodes, self.spare_nodes[ri])
-        if grant < need_nodes:
-            self.capacity_errors += need_nodes - grant
-        for _ in range(grant):
-            self.spare_nodes[ri] -= 1
-            self._push(
-                self.t + self.spec.regions[ri].capacity.node_provision_s, "node_join", (ci, mi)
-            )
-        return max(0, free_slots - pending) + grant * per_node
-
-    def _node_joins(self, ci: int, mi: int) -> None:
-        self.pool_dirty[self.pool_cell == ci] = True
-        ri = self.cell_region[ci]
-        proto = self.nodes[self.cell_nodes[ci][0]] if self.cell_nodes[ci] else None
-        k = len(self.cell_nodes[ci])
-        versions = dict(proto.versions) if proto else Versions().model_dump()
-        node = Node(
-            name=f"gpu-{self.cell_names[ci]}-scaleout-{k:04d}",
-            region=ri,
-            cell=ci,
-            pool=(self.models[mi].node_pools or ["scaleout"])[0],
-            role="serving",
-            gpus=8,
-            nic_gbps=proto.nic_gbps if proto else 50.0,
-            versions=versions,
-            free=list(range(8)),
-        )
-        self.nodes.append(node)
-        self.node_index[node.name] = len(self.nodes) - 1
-        self.cell_nodes[ci].append(len(self.nodes) - 1)
-        self.nic = np.append(self.nic, node.nic_gbps)
-        self.node_region = np.append(self.node_region, ri)
-        self.node_cell = np.append(self.node_cell, ci)
-        self.faults.nodes = len(self.nodes)
-        self.note_change("node_layer", ci, node.name, "", versions["node_image"], "node joined")
 
     # ------------------------------------------------------------------------------------------
     # supply chain
