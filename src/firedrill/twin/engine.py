@@ -35,6 +35,7 @@ from firedrill.twin.capacity import AUTOSCALE_EVERY_S, Capacity
 from firedrill.twin.deps import LOAD_RETRY_S
 from firedrill.twin.disagg import PD_OPS, Disaggregation
 from firedrill.twin.faults import FaultEvent
+from firedrill.twin.hydrate import Hydrate
 from firedrill.twin.quality import QUALITY_OPS, GoldenSet
 from firedrill.twin.recovery import RECOVERY_OPS, RecoveryFeatures
 from firedrill.twin.replica import ReplicaState
@@ -67,7 +68,7 @@ FATAL_XIDS = frozenset({48, 62, 64, 79, 95, 119, 120, 140})
 APP_XIDS = frozenset({13, 31, 43, 45, 94, 109})
 
 
-class Twin(Traffic, Capacity):
+class Twin(Traffic, Hydrate, Capacity):
     """The digital twin of a fleet. Construct from a validated ``FleetSpec`` and a seed."""
 
     def __init__(self, spec: FleetSpec, seed: int, *, record: bool = True, hours_hint: float = 1.0):
@@ -175,48 +176,6 @@ class Twin(Traffic, Capacity):
 
     def advance(self, seconds: float) -> None:
         self.run_for(seconds)
-
-    # ------------------------------------------------------------------------------------------
-    # supply chain
-    def _hydrate(self) -> None:
-        origin_ok = np.ones(len(self.nodes), dtype=bool)
-        for kind, a, _b in self.partitions:
-            if kind == "cell-registry":
-                ci = self.cell_index[a]
-                origin_ok[self.node_cell == ci] = False
-        if self.recovery.deps.declared:
-            self.recovery.deps.mask_origin(origin_ok)
-        done = self.supply.step(self.dt, self.nic, origin_ok, self.available)
-        for pull in done:
-            if pull.digest < 0:  # a competing puller's bytes
-                self.recovery.pullers.pulled(pull)
-                continue
-            n = self.nodes[pull.node]
-            n.cache.add(pull.digest)
-            self.supply.add_holder(n.region, pull.digest)
-            for rid in sorted(n.replicas):
-                r = self.replicas[rid]
-                if r.state == PULLING and r.digest == pull.digest:
-                    self._begin_load(r)
-
-    def _replication_lands(self, source: int, target: int, digest: int) -> None:
-        if (source, target) in self.replication_paused or self.regions_cut(source, target):
-            self.pending_replication.append((source, target, digest))
-            return
-        self.available.add((target, digest))
-        self.pool_dirty[:] = True
-        mi = self.digests[digest].model
-        if int(self.region_digest[mi, source]) == digest:
-            before = int(self.region_digest[mi, target])
-            self.region_digest[mi, target] = digest
-            if before != digest:
-                self.note_region_change("weights", target, self.models[mi].name, before, digest)
-        self.replicate_onward(target, digest)
-
-    def replicate_onward(self, source: int, digest: int) -> None:
-        for ri, r in enumerate(self.spec.regions):
-            if r.replicate_from == self.region_names[source] and (ri, digest) not in self.available:
-                self._push(self.t + r.replication_lag_s, "replicated", (source, ri, digest))
 
     # ------------------------------------------------------------------------------------------
     # faults
@@ -873,11 +832,6 @@ class Twin(Traffic, Capacity):
             case ops.Noop():
                 pass
         return inverse
-
-    def _flush_replication(self) -> None:
-        pending, self.pending_replication = self.pending_replication, []
-        for s, t, d in pending:
-            self._push(self.t + self.spec.regions[t].replication_lag_s, "replicated", (s, t, d))
 
     def _record_node(self, node: str) -> None:
         if not self.record:
