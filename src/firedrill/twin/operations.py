@@ -1,24 +1,24 @@
 """Operations: the Fleet port's typed changes, each validated and inverted before it applies.
 
 ``inverse_of`` validates an operation's targets and returns the operation that would undo it
-now; ``apply`` records that inverse in the journal and changes the twin. The families of the
-sub-simulations (training, recovery, sandboxes, golden-set quality, prefill/decode) are forwarded
-to them.
+now; ``apply`` records that inverse in the journal and changes the twin. Both dispatch with one
+``match`` over the ``Operation`` union that ends in ``assert_never``: an Operation that no case
+handles is a type error (mypy), not a silent no-op. The families of the sub-simulations
+(training, recovery, sandboxes, golden-set quality, prefill/decode) are forwarded to them.
 """
 
 from __future__ import annotations
 
 import re
+from typing import assert_never
 
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.model import sandbox as sandbox_ops
 from firedrill.model.series import labels_of
 from firedrill.twin import disagg
-from firedrill.twin.disagg import PD_OPS
 from firedrill.twin.faults import FaultEvent
 from firedrill.twin.hydrate import Hydrate
-from firedrill.twin.quality import QUALITY_OPS
-from firedrill.twin.recovery import RECOVERY_OPS
 from firedrill.twin.remediation import (
     BURN_IN_S,
     DCGM_NAMES,
@@ -28,8 +28,6 @@ from firedrill.twin.remediation import (
     Remediation,
 )
 from firedrill.twin.replica import ReplicaState
-from firedrill.twin.sandbox import SANDBOX_OPS
-from firedrill.twin.training import TRAINING_OPS
 
 READY = ReplicaState.READY
 LOADING = ReplicaState.LOADING
@@ -53,6 +51,8 @@ class Operations(Remediation, Hydrate):
         return self._inverse(op)
 
     def _inverse(self, op: ops.Operation) -> ops.Operation:
+        if not isinstance(op, ops.Operation):  # statically impossible; a caller may still try
+            raise OperationError(f"unsupported operation {op!r}")
         self.sandbox.check(op)  # a promotion freeze refuses new catalog digests
         match op:
             case ops.Cordon(node=node) | ops.Drain(node=node):
@@ -264,19 +264,48 @@ class Operations(Remediation, Hydrate):
             case ops.UnejectReplica(pod=pod):
                 self._pod_check(pod)
                 return ops.Noop("not ejected")
-            case _ if isinstance(op, TRAINING_OPS):
+            case (
+                ops.SuspendJobSet()
+                | ops.ResumeJobSet()
+                | ops.SetQueueStopPolicy()
+                | ops.InjectHang()
+                | ops.InjectStraggler()
+                | ops.ClearTrainingFault()
+            ):
                 return self.training.inverse(op)
-            case _ if isinstance(op, RECOVERY_OPS):
+            case (
+                ops.StartPullers()
+                | ops.StopPullers()
+                | ops.FreezePullers()
+                | ops.RecyclePool()
+                | ops.StopRecycle()
+                | ops.SetAdmission()
+                | ops.SetRegionWeight()
+                | ops.MirrorTraffic()
+            ):
                 return self.recovery.inverse(op)
-            case _ if isinstance(op, SANDBOX_OPS):
+            case (
+                sandbox_ops.InjectExfiltration()
+                | sandbox_ops.ClearExfiltration()
+                | sandbox_ops.InjectPromptInjection()
+                | sandbox_ops.ClearPromptInjection()
+                | sandbox_ops.SetWarmPool()
+                | sandbox_ops.FreezePromotions()
+                | sandbox_ops.UnfreezePromotions()
+                | sandbox_ops.PromoteToolset()
+                | sandbox_ops.BlockContentHash()
+                | sandbox_ops.UnblockContentHash()
+                | sandbox_ops.RunCompensations()
+            ):
                 return self.sandbox.inverse(op)
-            case _ if isinstance(op, QUALITY_OPS):
+            case ops.SetWeightsQuality():
                 return self.golden.inverse(op)
-            case _ if isinstance(op, PD_OPS):
+            case ops.SetPrefillDecodeSplit() | ops.SetRequestShape():
                 return disagg.inverse(self, self.pd, op)
             case ops.Noop():
                 return ops.Noop()
-        raise OperationError(f"unsupported operation {op!r}")
+            case _:
+                assert_never(op)
 
     def _apply(self, op: ops.Operation) -> ops.Operation:
         inverse = self._inverse(op)
@@ -520,18 +549,48 @@ class Operations(Remediation, Hydrate):
                     self._set_state(r, EJECTED)  # out of routing, kept on its node
             case ops.UnejectReplica(pod=pod):
                 pass
-            case _ if isinstance(op, TRAINING_OPS):
+            case (
+                ops.SuspendJobSet()
+                | ops.ResumeJobSet()
+                | ops.SetQueueStopPolicy()
+                | ops.InjectHang()
+                | ops.InjectStraggler()
+                | ops.ClearTrainingFault()
+            ):
                 self.training.apply(op)
-            case _ if isinstance(op, RECOVERY_OPS):
+            case (
+                ops.StartPullers()
+                | ops.StopPullers()
+                | ops.FreezePullers()
+                | ops.RecyclePool()
+                | ops.StopRecycle()
+                | ops.SetAdmission()
+                | ops.SetRegionWeight()
+                | ops.MirrorTraffic()
+            ):
                 self.recovery.apply(op)
-            case _ if isinstance(op, SANDBOX_OPS):
+            case (
+                sandbox_ops.InjectExfiltration()
+                | sandbox_ops.ClearExfiltration()
+                | sandbox_ops.InjectPromptInjection()
+                | sandbox_ops.ClearPromptInjection()
+                | sandbox_ops.SetWarmPool()
+                | sandbox_ops.FreezePromotions()
+                | sandbox_ops.UnfreezePromotions()
+                | sandbox_ops.PromoteToolset()
+                | sandbox_ops.BlockContentHash()
+                | sandbox_ops.UnblockContentHash()
+                | sandbox_ops.RunCompensations()
+            ):
                 self.sandbox.apply(op)
-            case _ if isinstance(op, QUALITY_OPS):
+            case ops.SetWeightsQuality():
                 self.golden.apply(op)
-            case _ if isinstance(op, PD_OPS):
+            case ops.SetPrefillDecodeSplit() | ops.SetRequestShape():
                 disagg.apply(self, self.pd, op)
             case ops.Noop():
                 pass
+            case _:
+                assert_never(op)
         return inverse
 
     def _gpu_check(self, ni: int, gpu: int) -> None:
