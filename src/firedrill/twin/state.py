@@ -51,12 +51,10 @@ if TYPE_CHECKING:
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
-PENDING, READY, WARMING, GONE = (
-    ReplicaState.PENDING,
-    ReplicaState.READY,
-    ReplicaState.WARMING,
-    ReplicaState.GONE,
-)
+PENDING = ReplicaState.PENDING
+WARMING = ReplicaState.WARMING
+READY = ReplicaState.READY
+GONE = ReplicaState.GONE
 TTFT_EXPORT = np.array(VLLM_TTFT_BUCKETS_S)
 TPOT_EXPORT = np.array(VLLM_TPOT_BUCKETS_S)
 
