@@ -37,7 +37,7 @@ class Hydrate(Scheduling):
             self.supply.add_holder(n.region, pull.digest)
             for rid in sorted(n.replicas):
                 r = self.replicas[rid]
-                if r.state == PULLING and r.digest == pull.digest:
+                if r.state is PULLING and r.digest == pull.digest:
                     self._begin_load(r)
 
     def _replication_lands(self, source: int, target: int, digest: int) -> None:

@@ -260,7 +260,7 @@ class Operations(Remediation, Hydrate):
             case ops.EjectReplica(pod=pod):
                 self._pod_check(pod)
                 r = self.replicas[int(pod[1:])]
-                return ops.UnejectReplica(pod) if r.state == READY else ops.Noop("not ready")
+                return ops.UnejectReplica(pod) if r.state is READY else ops.Noop("not ready")
             case ops.UnejectReplica(pod=pod):
                 self._pod_check(pod)
                 return ops.Noop("not ejected")
@@ -545,7 +545,7 @@ class Operations(Remediation, Hydrate):
                     self._crash(r, fatal=False)  # restarts after a back-off, no pull
             case ops.EjectReplica(pod=pod):
                 r = self.replicas[int(pod[1:])]
-                if r.state == READY:
+                if r.state is READY:
                     self._set_state(r, EJECTED)  # out of routing, kept on its node
             case ops.UnejectReplica(pod=pod):
                 pass

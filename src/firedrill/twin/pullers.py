@@ -315,7 +315,7 @@ class Recycler:
         job.started_s = tw.t
         for p in job.pools:
             ready = sorted(
-                r for r in tw.pool_replicas[p] if tw.replicas[r].state == ReplicaState.READY
+                r for r in tw.pool_replicas[p] if tw.replicas[r].state is ReplicaState.READY
             )
             n = math.ceil(job.spec.percent / 100.0 * len(ready) - 1e-9)
             job.queue.extend(ready[:n])
@@ -345,7 +345,7 @@ class Recycler:
             if tw.pool_of(rid) != pool:
                 continue
             del job.queue[i]
-            if r.state == ReplicaState.READY:
+            if r.state is ReplicaState.READY:
                 return rid
             return self._next_in(job, pool)  # gone or broken since: skip it
         return None

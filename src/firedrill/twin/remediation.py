@@ -101,7 +101,7 @@ class Remediation(Scheduling):
         for rid in sorted(n.replicas):
             r = self.replicas[rid]
             if gpu in r.gpus:
-                was_ready = r.state == READY
+                was_ready = r.state is READY
                 if was_ready:
                     self._set_state(r, EJECTED)
                 r.slowdown = slowdown
@@ -114,7 +114,7 @@ class Remediation(Scheduling):
         for rid in sorted(n.replicas):
             r = self.replicas[rid]
             if gpu in r.gpus and r.slowdown != 1.0:
-                was_ready = r.state == READY
+                was_ready = r.state is READY
                 if was_ready:
                     self._set_state(r, EJECTED)
                 r.slowdown = 1.0

@@ -107,7 +107,7 @@ class Scheduling(TwinState):
 
     def _crash(self, r: Replica, *, fatal: bool) -> None:
         """A replica's process died: in-flight requests fail; it restarts unless the GPU is bad."""
-        if r.state == READY:
+        if r.state is READY:
             p = self._pool(r)
             lost = round(self.busy[p] / max(int(self.ready[p]), 1))
             lost = min(lost, int(self.busy[p]))
@@ -125,18 +125,18 @@ class Scheduling(TwinState):
     def remove_replica(self, r: Replica, *, graceful: bool) -> None:
         if r.state in (GONE, DRAINING):
             return
-        if graceful and r.state == READY:
+        if graceful and r.state is READY:
             self._set_state(r, DRAINING)
             self._push(self.t + DRAIN_GRACE_S, "drained", (r.id, r.token))
             return
-        if r.state == READY:
+        if r.state is READY:
             self._crash(r, fatal=True)
         self._finish_remove(r)
 
     def _finish_remove(self, r: Replica) -> None:
-        if r.node >= 0 and r.state == PULLING:
+        if r.node >= 0 and r.state is PULLING:
             still = any(
-                self.replicas[o].digest == r.digest and self.replicas[o].state == PULLING
+                self.replicas[o].digest == r.digest and self.replicas[o].state is PULLING
                 for o in self.nodes[r.node].replicas
                 if o != r.id
             )
@@ -178,16 +178,16 @@ class Scheduling(TwinState):
             if missing <= 0:
                 continue
             if stale:
-                in_flight = sum(1 for r in have if r.state != READY)
+                in_flight = sum(1 for r in have if r.state is not READY)
                 missing = min(missing, max(0, surge - in_flight))
             for _ in range(missing):
                 if not self._admit(d, int(self.pool_region[p])):
                     break
                 live.append(self._new_replica(mi, int(self.pool_cell[p]), d))
         # stale replicas: those serving nothing go now, ready ones as replacements become ready
-        ready_total = sum(1 for r in live if r.state == READY)
+        ready_total = sum(1 for r in live if r.state is READY)
         for r in sorted(stale, key=_removal_order):
-            if r.state != READY:
+            if r.state is not READY:
                 self.remove_replica(r, graceful=True)
             elif ready_total > want:
                 self.remove_replica(r, graceful=True)
@@ -202,7 +202,7 @@ class Scheduling(TwinState):
         unscheduled = False
         for rid in sorted(self.pool_replicas[p]):
             r = self.replicas[rid]
-            if r.state == PENDING and r.node < 0:
+            if r.state is PENDING and r.node < 0:
                 self._schedule(r)
                 unscheduled = unscheduled or r.node < 0
         settled = not unscheduled and not any(r.digest not in plan for r in live if r.state in LIVE)

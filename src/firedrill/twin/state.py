@@ -284,7 +284,9 @@ class TwinState:
         self.samples = 0
         self.generation_tokens = np.zeros(p)
         self.replicas: list[Replica] = []
-        # (t, replica, from state, to state, node at the time): what chain tracing reads
+        # (t, replica, from state, to state, node at the time): what chain tracing reads. States
+        # are logged as their int values (-1: none yet): a tuple of ints is one the garbage
+        # collector stops tracking, and the log grows with every transition of a run.
         self.replica_log: list[tuple[float, int, int, int, int]] = []
         self.pool_replicas: list[set[int]] = [set() for _ in range(p)]
         self.state_counts = np.zeros((p, len(STATE_NAMES)), dtype=np.int64)
@@ -327,12 +329,12 @@ class TwinState:
 
     # -- replicas -----------------------------------------------------------------------------
     def _new_replica(self, model: int, cell: int, digest: int) -> Replica:
-        r = Replica(id=len(self.replicas), model=model, cell=cell, digest=digest)
+        r = Replica(id=len(self.replicas), model=model, cell=cell, digest=digest, state=PENDING)
         self.replicas.append(r)
-        self.replica_log.append((self.t, r.id, -1, PENDING, -1))
+        self.replica_log.append((self.t, r.id, -1, int(PENDING), -1))
         p = model * len(self.cell_names) + cell
         self.pool_replicas[p].add(r.id)
-        self.state_counts[p, PENDING] += 1
+        self.state_counts[p, int(PENDING)] += 1
         return r
 
     def pool_of(self, replica: int) -> int:
@@ -345,30 +347,31 @@ class TwinState:
     def _set_state(self, r: Replica, state: ReplicaState) -> None:
         p = self._pool(r)
         self.pool_dirty[p] = True
-        self.replica_log.append((self.t, r.id, r.state, state, r.node))
-        self.state_counts[p, r.state] -= 1
-        self.state_counts[p, state] += 1
-        if r.state == READY and state != READY:
+        before, after = int(r.state), int(state)  # plain ints: numpy's fast index path
+        self.replica_log.append((self.t, r.id, before, after, r.node))
+        self.state_counts[p, before] -= 1
+        self.state_counts[p, after] += 1
+        if r.state is READY and state is not READY:
             self.ready[p] -= 1
             self.golden.on_ready(p, r.digest, -1)
             if r.slowdown != 1.0:
                 self.slow_sum[p] -= r.slowdown - 1.0
-        if state == READY and r.state == WARMING:
+        if state is READY and r.state is WARMING:
             self.recovery.became_ready[p] += 1
-        if state == READY and r.state != READY:
+        if state is READY and r.state is not READY:
             self.ready[p] += 1
             self.golden.on_ready(p, r.digest, 1)
             if r.slowdown != 1.0:
                 self.slow_sum[p] += r.slowdown - 1.0
         r.state = state
         r.token += 1
-        if state == GONE:
+        if state is GONE:
             self.pool_replicas[p].discard(r.id)
 
     def _recount_slow(self) -> None:
         self.slow_sum[:] = 0.0
         for r in self.replicas:
-            if r.state == READY and r.slowdown != 1.0:
+            if r.state is READY and r.slowdown != 1.0:
                 self.slow_sum[self._pool(r)] += r.slowdown - 1.0
 
     # -- events and lookups -------------------------------------------------------------------

@@ -210,7 +210,7 @@ class Traffic(Scheduling):
             k = int(self.rng.poisson(self.ready[p] * OOM_CRASH_PER_S * self.dt))
             if k == 0:
                 continue
-            ready = sorted(r for r in self.pool_replicas[p] if self.replicas[r].state == READY)
+            ready = sorted(r for r in self.pool_replicas[p] if self.replicas[r].state is READY)
             for rid in ready[:k]:
                 self.preemptions[p] += 1
                 self._crash(self.replicas[rid], fatal=False)
