@@ -14,6 +14,7 @@ from firedrill.errors import OperationError
 from firedrill.model import operations as ops
 from firedrill.model.spec import FleetSpec, RegistrySpec, ServiceKind, ServiceSpec
 from firedrill.twin.engine import READY, Twin
+from firedrill.twin.replica import ReplicaState
 from tests.twin.fleets import D, fleet, model
 
 NEW = "sha256:" + "12" * 32
@@ -86,7 +87,7 @@ def test_signature_mirror_cut_fails_admission_closed_for_new_digests(cut: bool) 
     twin.apply(ops.PromoteDigest("llm-70b", "b", NEW))  # published in b's own registry
     twin.run_for(120)
     new = twin.digest_index[NEW]
-    running_new = sum(1 for r in twin.replicas if r.digest == new and r.state != 7)
+    running_new = sum(1 for r in twin.replicas if r.digest == new and r.state != ReplicaState.GONE)
     decisions = twin.recovery.admission.decisions
     unverifiable = decisions.get((1, new, "deny", "signature_unverifiable"), 0)
     if cut:

@@ -14,7 +14,6 @@ from firedrill.drill.recovery import hydrate_stats
 from firedrill.errors import OperationError
 from firedrill.model import operations as ops
 from firedrill.model.spec import RegistrySpec
-from firedrill.twin import pullers
 from firedrill.twin.engine import PULLING, READY, Twin
 from tests.shapes import num
 from tests.twin.fleets import fleet, model
@@ -162,7 +161,3 @@ def test_pullers_need_a_region_with_that_many_nodes() -> None:
     with pytest.raises(OperationError, match="4 serving nodes"):
         twin.apply(ops.StartPullers("eval-sweep", "r", 5, 10.0))
     assert twin.recovery.pullers.groups == {}
-
-
-def test_ready_state_constant_matches_the_engine() -> None:
-    assert pullers.READY_STATE == READY

@@ -19,25 +19,73 @@ digest each region serves, are exported as info series (1 for the current value)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.model.changes import ChangeStream
 from firedrill.model.series import Labels, labels_of
+from firedrill.model.spec import CatalogBundleSpec, ModelSpec
+from firedrill.twin.deps import Dependencies
+from firedrill.twin.recorder import SeriesStore
+from firedrill.twin.replica import DigestInfo
 
-if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
-    from firedrill.twin.recorder import SeriesStore
+I64 = npt.NDArray[np.int64]
+
+
+class AdmissionTwin(Protocol):
+    """What admission and the ready-gate read and write of the twin.
+
+    They read the digests, where each has landed and what each region serves; a mode change
+    marks every pool for reconcile, is noted in the change log and recorded as a series.
+    """
+
+    @property
+    def t(self) -> float: ...
+    @property
+    def record(self) -> bool: ...
+    @property
+    def store(self) -> SeriesStore: ...
+    @property
+    def models(self) -> Sequence[ModelSpec]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def region_index(self) -> Mapping[str, int]: ...
+    @property
+    def digests(self) -> Sequence[DigestInfo]: ...
+    @property
+    def available(self) -> set[tuple[int, int]]: ...
+    @property
+    def region_digest(self) -> I64: ...
+    @property
+    def pool_region(self) -> I64: ...
+    @property
+    def pool_dirty(self) -> npt.NDArray[np.bool_]: ...
+    @property
+    def bundle(self) -> Sequence[CatalogBundleSpec]: ...
+    def note_change(
+        self,
+        stream: ChangeStream,
+        cell: int,
+        subject: str,
+        before: str,
+        after: str,
+        detail: str = "",
+    ) -> None: ...
+
 
 ADMISSION_MODES: tuple[ops.AdmissionMode, ...] = ("Enforce", "Audit", "Ignore")
 
 
 class Admission:
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: AdmissionTwin, deps: Dependencies) -> None:
         self.twin = twin
+        self.deps = deps  # a cut signature mirror leaves new digests unverifiable
         nr = len(twin.region_names)
         self.modes: list[ops.AdmissionMode] = ["Enforce"] * nr
         # digests published at start were verified before the run began
@@ -67,8 +115,8 @@ class Admission:
             region >= 0
             and (region, digest) not in self.verified
             and mode != "Ignore"
-            and tw.recovery.deps.declared
-            and tw.recovery.deps.signature_unverifiable(region)
+            and self.deps.declared
+            and self.deps.signature_unverifiable(region)
         ):
             reason = "signature_unverifiable"
         ok = reason == "verified" or mode in ("Audit", "Ignore")
@@ -105,7 +153,7 @@ class Admission:
         if before != op.mode:
             tw = self.twin
             tw.pool_dirty[:] = True  # denied digests get another chance
-            tw._record_change("network_policy", -1, f"admission:{op.region}", before, op.mode)
+            tw.note_change("network_policy", -1, f"admission:{op.region}", before, op.mode)
             if tw.record:
                 region = tw.region_names[ri]
                 tw.store.set_sparse(

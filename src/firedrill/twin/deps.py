@@ -29,8 +29,10 @@ before it moves any traffic (``firedrill_probe_requests_total{result}`` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -38,13 +40,75 @@ import numpy.typing as npt
 from firedrill.errors import OperationError
 from firedrill.model import operations as ops
 from firedrill.model.series import labels_of
-from firedrill.model.spec import ServiceKind
+from firedrill.model.spec import FleetSpec, ModelSpec, ServiceKind
+from firedrill.twin.serving import PoolShape
+from firedrill.twin.supply import Supply
 
 if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
     from firedrill.twin.recorder import SeriesStore
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+class DepsTwin(Protocol):
+    """What hidden dependencies and the synthetic probes read of the twin.
+
+    They read the partitions (which services a region can reach), the pulls waiting for an
+    origin, and a pool's serving state for a probe's TTFT; they write nothing of the twin's.
+    """
+
+    @property
+    def spec(self) -> FleetSpec: ...
+    @property
+    def dt(self) -> float: ...
+    @property
+    def models(self) -> Sequence[ModelSpec]: ...
+    @property
+    def model_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_names(self) -> Sequence[str]: ...
+    @property
+    def cell_region(self) -> Sequence[int]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def region_index(self) -> Mapping[str, int]: ...
+    @property
+    def node_region(self) -> I64: ...
+    @property
+    def partitions(self) -> AbstractSet[tuple[str, str, str]]: ...
+    @property
+    def supply(self) -> Supply: ...
+    @property
+    def desired(self) -> I64: ...
+    @property
+    def ready(self) -> I64: ...
+    @property
+    def busy(self) -> I64: ...
+    @property
+    def queue(self) -> I64: ...
+    @property
+    def lam(self) -> F64: ...
+    @property
+    def lam_warm(self) -> F64: ...
+    @property
+    def prefill_mean(self) -> F64: ...
+    @property
+    def shape(self) -> PoolShape: ...
+    @property
+    def seats_per_replica(self) -> F64: ...
+    @property
+    def max_rps_per_replica(self) -> F64: ...
+    def regions_cut(self, a: int, b: int) -> bool: ...
+
+
+class Mirror(Protocol):
+    """The traffic mirror's target rate per pool (``Homing``): a probe's cache reference."""
+
+    @property
+    def mirror_target(self) -> F64: ...
+
 
 LOAD_RETRY_S = 30.0  # a replica waiting for its tokenizer retries this often
 PROBE_RESULTS = ("ok", "error", "auth_failed")
@@ -62,8 +126,9 @@ class Service:
 class Dependencies:
     """Service reachability, the failures it causes, and the synthetic probes."""
 
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: DepsTwin, mirror: Mirror) -> None:
         self.twin = twin
+        self.mirror = mirror
         nr = len(twin.region_names)
         self.services = [
             Service(
@@ -98,7 +163,9 @@ class Dependencies:
             for si, s in enumerate(self.services):
                 edge_cut = ("region-edge", tw.region_names[s.region], "edge") in key
                 for ri in range(len(tw.region_names)):
-                    self._reach[si, ri] = ri == s.region or not (edge_cut or tw._cut(ri, s.region))
+                    self._reach[si, ri] = ri == s.region or not (
+                        edge_cut or tw.regions_cut(ri, s.region)
+                    )
             self._reach_key = key
         return self._reach
 
@@ -201,7 +268,7 @@ class Dependencies:
                 else:
                     result = "ok"
                     p = pools[ready.index(max(ready))]  # the first of the busiest
-                    self.probe_ttft_s[mi, ri] = _probe_ttft_s(tw, p)
+                    self.probe_ttft_s[mi, ri] = _probe_ttft_s(tw, p, self.mirror.mirror_target)
                 if result != "ok":
                     self.probe_ttft_s[mi, ri] = np.nan
                 self.probes[mi, ri, PROBE_RESULTS.index(result)] += 1
@@ -241,13 +308,13 @@ class Dependencies:
             store.write("firedrill_dependency_reachable", k, reach.ravel())
 
 
-def _probe_ttft_s(tw: Twin, p: int) -> float:
+def _probe_ttft_s(tw: DepsTwin, p: int, mirror_target: F64) -> float:
     """TTFT a probe would see on pool ``p`` now: queue wait plus a prefill slowed by the batch
     and by the prefix cache's coldness."""
     ready = max(float(tw.ready.item(p)), 1.0)
     batch = float(tw.busy.item(p)) / ready
     lam: float = tw.lam.item(p)
-    ref = max(lam, tw.recovery.homing.mirror_target.item(p), 1e-12)
+    ref = max(lam, mirror_target.item(p), 1e-12)
     coldness = min(max(1.0 - tw.lam_warm.item(p) / ref, 0.0), 1.0)
     prefill: float = (
         tw.prefill_mean.item(p)

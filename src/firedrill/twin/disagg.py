@@ -37,22 +37,97 @@ disaggregated pool counts both queues.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from firedrill.errors import OperationError
 from firedrill.model import operations as ops
+from firedrill.model.changes import ChangeStream
 from firedrill.model.series import labels_of
-from firedrill.twin.serving import decode_step_s, mean_prefill_s
+from firedrill.model.spec import ModelSpec
+from firedrill.twin.serving import PoolShape, decode_step_s, mean_prefill_s
 
 if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
     from firedrill.twin.recorder import SeriesStore
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+
+
+class DisaggTwin(Protocol):
+    """What prefill/decode disaggregation reads and writes of the twin.
+
+    It reads the pools' serving state (ready replicas, seat queue, batch, offered load) every
+    step. It writes the request shape and what follows from it (``shape`` in place, the mean
+    prefill, KV per sequence, then the seats through ``update_seats``), the saturation
+    throughput the autoscaler uses (``max_rps_per_replica`` in place), and notes its changes.
+    """
+
+    @property
+    def dt(self) -> float: ...
+    @property
+    def models(self) -> Sequence[ModelSpec]: ...
+    @property
+    def model_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_names(self) -> Sequence[str]: ...
+    @property
+    def cell_index(self) -> Mapping[str, int]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def n_pools(self) -> int: ...
+    @property
+    def pool_model(self) -> I64: ...
+    @property
+    def pool_cell(self) -> I64: ...
+    @property
+    def pool_region(self) -> I64: ...
+    @property
+    def queue_k(self) -> int: ...
+    @property
+    def timeout_mask(self) -> I64: ...
+    @property
+    def age_wait_s(self) -> F64: ...
+    @property
+    def shape(self) -> PoolShape: ...
+    @property
+    def seats_per_replica(self) -> F64: ...
+    @property
+    def seats_int(self) -> I64: ...
+    @property
+    def kv_seats_per_replica(self) -> F64: ...
+    @property
+    def max_rps_per_replica(self) -> F64: ...
+    @property
+    def ready(self) -> I64: ...
+    @property
+    def busy(self) -> I64: ...
+    @property
+    def queue(self) -> I64: ...
+    @property
+    def lam(self) -> F64: ...
+
+    prefill_mean: F64
+    kv_tokens_per_seq: F64
+
+    def update_seats(self) -> None: ...
+    def lookup_model(self, name: str) -> int: ...
+    def lookup_cell(self, name: str) -> int: ...
+    def note_change(
+        self,
+        stream: ChangeStream,
+        cell: int,
+        subject: str,
+        before: str,
+        after: str,
+        detail: str = "",
+    ) -> None: ...
+    def note_model_change(self, stream: ChangeStream, mi: int, before: str, after: str) -> None: ...
+
 
 PD_OPS = (ops.SetPrefillDecodeSplit, ops.SetRequestShape)
 ROLES = ("prefill", "decode")
@@ -66,7 +141,9 @@ SHARE_SERIES = "firedrill_pd_prefill_share"
 MAX_TOKENS = 1_000_000.0  # a request shape beyond this is a typo, not a workload
 
 
-def set_request_shape(twin: Twin, model: int, prompt_median: float, output_mean: float) -> None:
+def set_request_shape(
+    twin: DisaggTwin, model: int, prompt_median: float, output_mean: float
+) -> None:
     """Give every pool of ``model`` a new prompt median and output mean, and re-derive its seats."""
     sh = twin.shape
     pools = twin.pool_model == model
@@ -77,28 +154,31 @@ def set_request_shape(twin: Twin, model: int, prompt_median: float, output_mean:
     sh.output_mean[pools] = output_mean
     twin.prefill_mean = mean_prefill_s(sh)
     twin.kv_tokens_per_seq = sh.prompt_mean + sh.output_mean / 2.0
-    twin._update_seats()
+    twin.update_seats()
 
 
-def request_shape(twin: Twin, model: int) -> tuple[float, float]:
+def request_shape(twin: DisaggTwin, model: int) -> tuple[float, float]:
     """(prompt median, output mean) of a model's requests."""
     p = int(np.flatnonzero(twin.pool_model == model)[0])
     median = float(f"{np.exp(twin.shape.prompt_mu[p]):.9g}")  # exp(log(x)) may be off by an ulp
     return median, float(twin.shape.output_mean[p])
 
 
-def inverse(twin: Twin, op: ops.Operation) -> ops.Operation:
-    """The inverse of a split or request-shape change (validates it first)."""
+def inverse(twin: DisaggTwin, pd: Disaggregation | None, op: ops.Operation) -> ops.Operation:
+    """The inverse of a split or request-shape change (validates it first).
+
+    ``pd`` is the twin's disaggregation, None when it serves no model disaggregated.
+    """
     match op:
         case ops.SetPrefillDecodeSplit(model=model, cell=cell, prefill_share=share):
-            p = twin._model_i(model) * len(twin.cell_names) + twin._cell_i(cell)
-            if twin.pd is None or not twin.pd.is_pd[p]:
+            p = twin.lookup_model(model) * len(twin.cell_names) + twin.lookup_cell(cell)
+            if pd is None or not pd.is_pd[p]:
                 raise OperationError(f"model '{model}' is not served disaggregated")
             if not 0.0 < share < 1.0:
                 raise OperationError("prefill_share is a share of replicas: strictly within 0..1")
-            return ops.SetPrefillDecodeSplit(model, cell, float(twin.pd.share[p]))
+            return ops.SetPrefillDecodeSplit(model, cell, float(pd.share[p]))
         case ops.SetRequestShape(model=model, prompt_median=median, output_mean=out):
-            mi = twin._model_i(model)
+            mi = twin.lookup_model(model)
             if not (0.0 < median <= MAX_TOKENS and 0.0 < out <= MAX_TOKENS):
                 raise OperationError(f"token counts are within 0..{MAX_TOKENS:g}")
             old_median, old_out = request_shape(twin, mi)
@@ -106,15 +186,15 @@ def inverse(twin: Twin, op: ops.Operation) -> ops.Operation:
     raise OperationError(f"unsupported operation {op!r}")
 
 
-def apply(twin: Twin, op: ops.Operation) -> None:
+def apply(twin: DisaggTwin, pd: Disaggregation | None, op: ops.Operation) -> None:
     match op:
         case ops.SetPrefillDecodeSplit(model=model, cell=cell, prefill_share=share):
-            assert twin.pd is not None
+            assert pd is not None  # inverse() refused a split of a pool not served disaggregated
             p = twin.model_index[model] * len(twin.cell_names) + twin.cell_index[cell]
-            before = float(twin.pd.share[p])
-            twin.pd.share[p] = share
-            twin.pd.update_capacity()
-            twin._record_change(
+            before = float(pd.share[p])
+            pd.share[p] = share
+            pd.update_capacity()
+            twin.note_change(
                 "bundle",
                 int(twin.pool_cell[p]),
                 model,
@@ -126,7 +206,7 @@ def apply(twin: Twin, op: ops.Operation) -> None:
             mi = twin.model_index[model]
             old_median, old_out = request_shape(twin, mi)
             set_request_shape(twin, mi, median, out)
-            twin._record_model_change(
+            twin.note_model_change(
                 "demand",
                 mi,
                 f"prompt {old_median:g} / output {old_out:g} tokens",
@@ -140,13 +220,13 @@ class Disaggregation:
     """The prefill stage and role split of every disaggregated pool (arrays over all pools)."""
 
     @classmethod
-    def of(cls, twin: Twin) -> Disaggregation | None:
+    def of(cls, twin: DisaggTwin) -> Disaggregation | None:
         """The twin's disaggregation, or None when no model is served disaggregated."""
         if not any(m.disaggregated is not None for m in twin.models):
             return None
         return cls(twin)
 
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: DisaggTwin) -> None:
         self.twin = twin
         n = twin.n_pools
         specs = [twin.models[int(m)].disaggregated for m in twin.pool_model]
@@ -239,7 +319,7 @@ class Disaggregation:
             r_p[i] > 0, np.minimum(busy_s / np.maximum(r_p[i] * tw.dt, 1e-12), 1.0), 0.0
         )
         self._steps += 1
-        wait_s = (take @ tw._age_wait) / np.maximum(done, 1)
+        wait_s = (take @ tw.age_wait_s) / np.maximum(done, 1)
         out_arrivals = arrivals.copy()
         out_arrivals[i] = done
         out_extra = extra.copy()

@@ -18,23 +18,65 @@ while the rest stays on the survivor, stepped 0 → 10 → 40 → 70 → 100.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
-
-if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
+from firedrill.model.changes import ChangeStream
+from firedrill.model.spec import ModelSpec
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 
+class HomingTwin(Protocol):
+    """What region weights and mirroring read and write of the twin.
+
+    They read the names, the route weights and the desired replicas; mirroring warms the
+    prefix caches (it writes ``lam_warm`` in place) and a weight change is noted in the log.
+    """
+
+    @property
+    def models(self) -> Sequence[ModelSpec]: ...
+    @property
+    def model_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_names(self) -> Sequence[str]: ...
+    @property
+    def cell_region(self) -> Sequence[int]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def region_index(self) -> Mapping[str, int]: ...
+    @property
+    def n_pools(self) -> int: ...
+    @property
+    def weights(self) -> F64: ...
+    @property
+    def desired(self) -> I64: ...
+    @property
+    def cross_mask(self) -> F64: ...
+    @property
+    def warm_gain(self) -> F64: ...
+    @property
+    def lam_warm(self) -> F64: ...
+    def note_change(
+        self,
+        stream: ChangeStream,
+        cell: int,
+        subject: str,
+        before: str,
+        after: str,
+        detail: str = "",
+    ) -> None: ...
+
+
 class Homing:
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: HomingTwin) -> None:
         self.twin = twin
         nm, nr = len(twin.models), len(twin.region_names)
         self.home: I64 = np.full((nm, nr), 100, dtype=np.int64)
@@ -66,7 +108,7 @@ class Homing:
                 if before != pct:
                     for ci, cr in enumerate(tw.cell_region):
                         if cr == ri:
-                            tw._record_change(
+                            tw.note_change(
                                 "demand", ci, model, f"{before}%", f"{pct}%", "region weight"
                             )
             case ops.MirrorTraffic(model=model, region=region, percent=pct):

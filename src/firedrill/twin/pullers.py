@@ -22,20 +22,57 @@ Neither draws random numbers; both are driven by operations and by the engine's 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.twin.replica import Node, Replica, ReplicaState
+from firedrill.twin.supply import Pull, Supply
 
-if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
-    from firedrill.twin.supply import Pull
+
+class PullersTwin(Protocol):
+    """What competing pullers and pool recycling read and write of the twin.
+
+    They read the clock, the nodes, the replicas and the pools; they start and stop pulls in the
+    supply chain, empty a recycled node's weights cache and remove the recycled replica.
+    """
+
+    @property
+    def t(self) -> float: ...
+    @property
+    def supply(self) -> Supply: ...
+    @property
+    def nodes(self) -> Sequence[Node]: ...
+    @property
+    def replicas(self) -> Sequence[Replica]: ...
+    @property
+    def model_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_names(self) -> Sequence[str]: ...
+    @property
+    def cell_index(self) -> Mapping[str, int]: ...
+    @property
+    def region_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_nodes(self) -> Sequence[Sequence[int]]: ...
+    @property
+    def pool_replicas(self) -> Sequence[set[int]]: ...
+    @property
+    def desired(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def ready(self) -> npt.NDArray[np.int64]: ...
+    def pool_of(self, replica: int) -> int: ...
+    def remove_replica(self, r: Replica, *, graceful: bool) -> None: ...
+
 
 PULLER_OPS = (ops.StartPullers, ops.StopPullers, ops.FreezePullers)
 RECYCLE_OPS = (ops.RecyclePool, ops.StopRecycle)
 RECYCLE_EVERY_S = 5.0  # the Deployment controller's pace
-READY_STATE = 4  # engine.READY: the engine imports this module, so not imported from there
 
 
 @dataclass
@@ -56,7 +93,7 @@ class PullerGroup:
 class Pullers:
     """Competing puller groups by name, and which regions are frozen."""
 
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: PullersTwin) -> None:
         self.twin = twin
         self.groups: dict[str, PullerGroup] = {}
         self.frozen: set[int] = set()
@@ -196,7 +233,7 @@ class RecycleJob:
 class Recycler:
     """Rolling restarts whose nodes come back cold, ``max_surge`` at a time."""
 
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: PullersTwin) -> None:
         self.twin = twin
         self.jobs: dict[tuple[str, str], RecycleJob] = {}
         self.finished: list[RecycleJob] = []
@@ -277,7 +314,9 @@ class Recycler:
         tw = self.twin
         job.started_s = tw.t
         for p in job.pools:
-            ready = sorted(r for r in tw.pool_replicas[p] if tw.replicas[r].state == READY_STATE)
+            ready = sorted(
+                r for r in tw.pool_replicas[p] if tw.replicas[r].state is ReplicaState.READY
+            )
             n = math.ceil(job.spec.percent / 100.0 * len(ready) - 1e-9)
             job.queue.extend(ready[:n])
             job.target_ready[p] = len(ready)
@@ -306,7 +345,7 @@ class Recycler:
             if tw.pool_of(rid) != pool:
                 continue
             del job.queue[i]
-            if r.state == READY_STATE:
+            if r.state is ReplicaState.READY:
                 return rid
             return self._next_in(job, pool)  # gone or broken since: skip it
         return None
@@ -319,4 +358,4 @@ class Recycler:
             if r.digest in node.cache:  # the node comes back with an empty weights cache
                 node.cache.discard(r.digest)
                 tw.supply.remove_holder(node.region, r.digest)
-        tw._remove(r, graceful=True)  # the replacement is scheduled by the pool's reconcile
+        tw.remove_replica(r, graceful=True)  # the replacement is scheduled by the pool's reconcile

@@ -30,7 +30,8 @@ as they were. Nothing here runs per request: a scrape costs a few array operatio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -39,14 +40,57 @@ from firedrill.errors import OperationError
 from firedrill.model import operations as ops
 from firedrill.model.release import RolloutView
 from firedrill.model.series import labels_of
-from firedrill.model.spec import DIGEST_RE
+from firedrill.model.spec import DIGEST_RE, FleetSpec, ModelSpec
+from firedrill.twin.replica import DigestInfo
 
 if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
     from firedrill.twin.recorder import SeriesStore
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+
+
+class QualityTwin(Protocol):
+    """What the golden-set probes read and write of the twin.
+
+    They read the pools, the digests and the rollouts; publishing a new digest (an operation)
+    registers it, makes it available in the root regions and replicates it onward.
+    """
+
+    @property
+    def spec(self) -> FleetSpec: ...
+    @property
+    def models(self) -> Sequence[ModelSpec]: ...
+    @property
+    def model_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_names(self) -> Sequence[str]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def n_pools(self) -> int: ...
+    @property
+    def pool_model(self) -> I64: ...
+    @property
+    def pool_cell(self) -> I64: ...
+    @property
+    def pool_region(self) -> I64: ...
+    @property
+    def pool_range(self) -> I64: ...
+    @property
+    def digests(self) -> Sequence[DigestInfo]: ...
+    @property
+    def digest_index(self) -> Mapping[str, int]: ...
+    @property
+    def region_digest(self) -> I64: ...
+    @property
+    def rollout(self) -> Sequence[tuple[int, int] | None]: ...
+    @property
+    def available(self) -> set[tuple[int, int]]: ...
+    def lookup_model(self, name: str) -> int: ...
+    def register_digest(self, model: int, digest: str, signed: bool, attested: bool) -> int: ...
+    def replicate_onward(self, source: int, digest: int) -> None: ...
+
 
 QUALITY_OPS = (ops.SetWeightsQuality,)
 GOLDEN_STREAM = 0x601D  # spawn key of the probes' random stream (independent of the others)
@@ -59,7 +103,7 @@ RESULTS = ("pass", "fail")
 class GoldenSet:
     """Golden-set probes of every pool, split over the digests its ready replicas serve."""
 
-    def __init__(self, twin: Twin, seed: int) -> None:
+    def __init__(self, twin: QualityTwin, seed: int) -> None:
         self.twin = twin
         self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(GOLDEN_STREAM,)))
         n = twin.n_pools
@@ -106,7 +150,7 @@ class GoldenSet:
         tw = self.twin
         stable = tw.region_digest[tw.pool_model, tw.pool_region]
         total = self.ready_by_digest.sum(axis=1)
-        on_stable = self.ready_by_digest[tw._pool_range, stable]
+        on_stable = self.ready_by_digest[tw.pool_range, stable]
         out: F64 = np.where(total > 0, 1.0 - on_stable / np.maximum(total, 1), 0.0)
         return out
 
@@ -152,7 +196,7 @@ class GoldenSet:
     def inverse(self, op: ops.Operation) -> ops.Operation:
         if not isinstance(op, ops.SetWeightsQuality):
             raise OperationError(f"unsupported operation {op!r}")
-        mi = self.twin._model_i(op.model)
+        mi = self.twin.lookup_model(op.model)
         if not DIGEST_RE.match(op.digest):
             raise OperationError(f"{op.digest!r} is not a sha256 digest")
         if op.quality is not None and not 0.0 <= op.quality <= 1.0:
@@ -169,11 +213,11 @@ class GoldenSet:
         mi = tw.model_index[op.model]
         if op.digest not in tw.digest_index:
             # published: in the registry of every root region, replicated onward with lag
-            d = tw._register_digest(mi, op.digest, True, True)
+            d = tw.register_digest(mi, op.digest, True, True)
             for ri, region in enumerate(tw.spec.regions):
                 if region.replicate_from is None:
                     tw.available.add((ri, d))
-                    tw._replicate_onward(ri, d)
+                    tw.replicate_onward(ri, d)
         if op.quality is None:
             self.overrides.pop(op.digest, None)
         else:

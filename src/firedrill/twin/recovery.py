@@ -11,33 +11,62 @@ even when old replicas leave as new ones arrive) and the peak per-node pull rate
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from firedrill.errors import OperationError
 from firedrill.model import operations as ops
 from firedrill.model.series import labels_of
-from firedrill.twin.admission import Admission
-from firedrill.twin.deps import Dependencies
-from firedrill.twin.homing import Homing
-from firedrill.twin.pullers import PULLER_OPS, RECYCLE_OPS, Pullers, Recycler
+from firedrill.model.spec import ModelSpec
+from firedrill.twin.admission import Admission, AdmissionTwin
+from firedrill.twin.deps import Dependencies, DepsTwin
+from firedrill.twin.homing import Homing, HomingTwin
+from firedrill.twin.pullers import PULLER_OPS, RECYCLE_OPS, Pullers, PullersTwin, Recycler
+from firedrill.twin.recorder import SeriesStore
+from firedrill.twin.supply import Supply
 
-if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
-    from firedrill.twin.recorder import SeriesStore
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+
+class RecoveryTwin(PullersTwin, DepsTwin, AdmissionTwin, HomingTwin, Protocol):
+    """What the recovery features read and write of the twin: what each of them does, plus the
+    pools, the prefix-cache warmth and the supply chain's counters their series export."""
+
+    @property
+    def models(self) -> Sequence[ModelSpec]: ...
+    @property
+    def cell_names(self) -> Sequence[str]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def n_pools(self) -> int: ...
+    @property
+    def pool_model(self) -> I64: ...
+    @property
+    def pool_cell(self) -> I64: ...
+    @property
+    def pool_region(self) -> I64: ...
+    @property
+    def lam_warm(self) -> F64: ...
+    @property
+    def supply(self) -> Supply: ...
+
 
 RECOVERY_OPS = (*PULLER_OPS, *RECYCLE_OPS, ops.SetAdmission, ops.SetRegionWeight, ops.MirrorTraffic)
 
 
 class RecoveryFeatures:
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: RecoveryTwin) -> None:
         self.twin = twin
         self.pullers = Pullers(twin)
         self.recycler = Recycler(twin)
-        self.deps = Dependencies(twin)
-        self.admission = Admission(twin)
         self.homing = Homing(twin)
+        self.deps = Dependencies(twin, self.homing)
+        self.admission = Admission(twin, self.deps)
         self.became_ready = np.zeros(twin.n_pools)
 
     @property

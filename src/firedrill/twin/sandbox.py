@@ -46,16 +46,18 @@ import hashlib
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import chain, islice
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.model.changes import ChangeStream
 from firedrill.model.sandbox import (
     DENY_ALL_FLAG,
     SANDBOX_OPERATIONS,
@@ -75,13 +77,67 @@ from firedrill.model.sandbox import (
     side_effect_rank,
 )
 from firedrill.model.series import Labels, labels_of
-from firedrill.model.spec import DIGEST_RE
+from firedrill.model.spec import DIGEST_RE, CatalogBundleSpec, FleetSpec, ModelSpec
+from firedrill.twin.demand import Demand
 
 if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
     from firedrill.twin.recorder import SeriesStore
 
 F64 = npt.NDArray[np.float64]
+
+
+class SandboxTwin(Protocol):
+    """What the sandbox simulation reads and writes of the twin.
+
+    It reads the clock, the spec, the names, the offered load and its routing, the kill-switch
+    flags and the quarantined pods; it writes a model's bundle (a toolset promotion) and notes
+    its changes in the twin's change log.
+    """
+
+    @property
+    def spec(self) -> FleetSpec: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def t(self) -> float: ...
+    @property
+    def models(self) -> Sequence[ModelSpec]: ...
+    @property
+    def model_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_names(self) -> Sequence[str]: ...
+    @property
+    def cell_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_region(self) -> Sequence[int]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def bundle(self) -> list[CatalogBundleSpec]: ...
+    @property
+    def flags(self) -> Mapping[str, str]: ...
+    @property
+    def quarantined_pods(self) -> AbstractSet[str]: ...
+    @property
+    def demand(self) -> Demand: ...
+    @property
+    def product_to_model(self) -> F64: ...
+    @property
+    def lam(self) -> F64: ...
+    def routing_matrix(self) -> tuple[F64, F64]: ...
+    def lookup_model(self, name: str) -> int: ...
+    def lookup_cell(self, name: str) -> int: ...
+    def note_change(
+        self,
+        stream: ChangeStream,
+        cell: int,
+        subject: str,
+        before: str,
+        after: str,
+        detail: str = "",
+    ) -> None: ...
+    def note_model_change(self, stream: ChangeStream, mi: int, before: str, after: str) -> None: ...
+
 
 SANDBOX_OPS: Final = SANDBOX_OPERATIONS
 SANDBOX_STEP_S: Final = 15.0  # the sandbox model advances in steps of this many seconds
@@ -278,7 +334,7 @@ class _Prompt:
 class SandboxSim:
     """Owns the tenants' sandboxes, the egress proxy and the tool gateway of a twin."""
 
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: SandboxTwin) -> None:
         self.twin = twin
         spec = twin.spec
         self.enabled = bool(spec.tenants)
@@ -343,7 +399,7 @@ class SandboxSim:
         d = twin.demand
         rps = d.peak * d.shape(0.0)  # [products, regions]
         d_model = twin.product_to_model @ rps  # [models, regions]
-        share, _ = twin._routing_matrix()
+        share, _ = twin.routing_matrix()
         out: F64 = (d_model[:, :, None] * share).sum(axis=1)
         return out
 
@@ -777,7 +833,7 @@ class SandboxSim:
         twin = self.twin
         match op:
             case ops.InjectExfiltration(tenant=tenant, cell=cell, rate_per_s=rate):
-                t, ci = self._tenant(tenant), twin._cell_i(cell)
+                t, ci = self._tenant(tenant), twin.lookup_cell(cell)
                 if not (math.isfinite(rate) and rate > 0):
                     raise OperationError(f"rate_per_s must be > 0, not {rate}")
                 ex = self.exfil.get((t.index, ci))
@@ -785,14 +841,14 @@ class SandboxSim:
                     return ops.InjectExfiltration(tenant, cell, ex.rate_per_s)
                 return ops.ClearExfiltration(tenant, cell)
             case ops.ClearExfiltration(tenant=tenant, cell=cell):
-                t, ci = self._tenant(tenant), twin._cell_i(cell)
+                t, ci = self._tenant(tenant), twin.lookup_cell(cell)
                 ex = self.exfil.get((t.index, ci))
                 if ex is None:
                     return ops.Noop("no exfiltration")
                 return ops.InjectExfiltration(tenant, cell, ex.rate_per_s)
             case ops.InjectPromptInjection(tenant=tenant, cell=cell, content_hash=h):
                 t = self._tenant(tenant)
-                twin._cell_i(cell)
+                twin.lookup_cell(cell)
                 if not h.strip():
                     raise OperationError("a prompt injection names its content hash")
                 if op.side_effect not in ("write", "money"):
@@ -825,7 +881,7 @@ class SandboxSim:
                     return ops.FreezePromotions(product, kind)
                 return ops.Noop("not frozen")
             case ops.PromoteToolset(model=model, toolset_digest=digest):
-                mi = twin._model_i(model)
+                mi = twin.lookup_model(model)
                 if not DIGEST_RE.fullmatch(digest):
                     raise OperationError(f"{digest!r} is not a sha256 digest")
                 return ops.PromoteToolset(model, twin.bundle[mi].toolset_digest)
@@ -879,7 +935,7 @@ class SandboxSim:
                 t = self._tenant(tenant)
                 before, t.pool = t.pool, n
                 if before != n:
-                    twin._record_change(
+                    twin.note_change(
                         "network_policy",
                         -1,
                         f"{t.namespace}/sandboxwarmpool",
@@ -900,7 +956,7 @@ class SandboxSim:
                 bundle = twin.bundle[mi]
                 if bundle.toolset_digest != digest:
                     twin.bundle[mi] = bundle.model_copy(update={"toolset_digest": digest})
-                    twin._record_model_change(
+                    twin.note_model_change(
                         "bundle", mi, f"toolset {bundle.toolset_digest}", f"toolset {digest}"
                     )
                     self._note_catalog()
@@ -908,7 +964,7 @@ class SandboxSim:
                 t = self._tenant(tenant)
                 if h not in t.blocked_hashes:
                     t.blocked_hashes.add(h)
-                    twin._record_change(
+                    twin.note_change(
                         "network_policy",
                         -1,
                         f"retrieval-blocklist/{tenant}",
@@ -920,7 +976,7 @@ class SandboxSim:
                 t = self._tenant(tenant)
                 if h in t.blocked_hashes:
                     t.blocked_hashes.discard(h)
-                    twin._record_change(
+                    twin.note_change(
                         "network_policy",
                         -1,
                         f"retrieval-blocklist/{tenant}",
@@ -932,7 +988,7 @@ class SandboxSim:
                 self._compensate(self._tenant(tenant), since, set(sessions), op.content_hash)
 
     def _record_freeze(self, product: str, kind: PromotionKind, before: str, after: str) -> None:
-        self.twin._record_model_change(
+        self.twin.note_model_change(
             "bundle", self.products[product], f"{kind} promotions {before}", f"{kind} {after}"
         )
 

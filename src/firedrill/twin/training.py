@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -45,11 +45,38 @@ import numpy.typing as npt
 from firedrill.errors import OperationError, UnknownTargetError
 from firedrill.model import operations as ops
 from firedrill.model.series import Labels, labels_of
-from firedrill.model.spec import JobSetSpec
+from firedrill.model.spec import FleetSpec, JobSetSpec
+from firedrill.twin.replica import Node
 
 if TYPE_CHECKING:
-    from firedrill.twin.engine import Twin
     from firedrill.twin.recorder import SeriesStore
+
+
+class TrainingTwin(Protocol):
+    """What the training simulation reads of the twin: the clock, the spec and the nodes.
+
+    It writes nothing of the twin's; the engine tells it of GPU faults and lost nodes.
+    """
+
+    @property
+    def spec(self) -> FleetSpec: ...
+    @property
+    def t(self) -> float: ...
+    @property
+    def dt(self) -> float: ...
+    @property
+    def nodes(self) -> Sequence[Node]: ...
+    @property
+    def node_index(self) -> Mapping[str, int]: ...
+    @property
+    def cell_index(self) -> Mapping[str, int]: ...
+    @property
+    def region_index(self) -> Mapping[str, int]: ...
+    @property
+    def region_names(self) -> Sequence[str]: ...
+    @property
+    def cell_nodes(self) -> Sequence[Sequence[int]]: ...
+
 
 TRAINING_OPS = (
     ops.SuspendJobSet,
@@ -176,7 +203,7 @@ class _JobSet:
 class TrainingSim:
     """Owns the fleet's JobSets and Kueue ClusterQueues; the engine steps it and forwards ops."""
 
-    def __init__(self, twin: Twin, *, step_time_s: float = DEFAULT_STEP_TIME_S) -> None:
+    def __init__(self, twin: TrainingTwin, *, step_time_s: float = DEFAULT_STEP_TIME_S) -> None:
         if step_time_s <= 0:
             raise OperationError(f"step_time_s must be > 0, not {step_time_s}")
         self.twin = twin

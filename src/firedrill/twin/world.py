@@ -24,7 +24,8 @@ from firedrill.model.sandbox import EgressRecord, ToolCallRecord
 from firedrill.model.series import Labels, Series
 from firedrill.model.spec import FleetSpec
 from firedrill.model.state import CellView, FaultRecord, NodeView, ReplicaTransition
-from firedrill.twin.engine import GONE, STATE_NAMES, Twin
+from firedrill.twin.engine import GONE, Twin
+from firedrill.twin.replica import STATE_NAMES
 from firedrill.twin.sandbox import SandboxSim
 from firedrill.twin.training import JobSetView, RankRecord
 
