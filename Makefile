@@ -8,9 +8,11 @@ STAMP  := $(VENV)/.installed
 
 # The real tools the tests check the generated config with (Debian/Ubuntu package names), the
 # PostgreSQL server the store tests start on loopback (its binaries are not on PATH), and the
-# headless Chromium the report tests render the HTML game-day reports with.
-TOOLS     := promtool amtool $(or $(FIREDRILL_ALERTMANAGER),prometheus-alertmanager) chromium
-TOOL_PKGS := prometheus prometheus-alertmanager postgresql chromium
+# headless Chromium the report and browser tests drive, the Prometheus server the live tests
+# scrape the twin with, and patch(1), which applies the drill diffs `gameday next` proposes.
+TOOLS     := prometheus promtool amtool $(or $(FIREDRILL_ALERTMANAGER),prometheus-alertmanager) \
+             chromium patch
+TOOL_PKGS := prometheus prometheus-alertmanager postgresql chromium patch
 PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 
 $(STAMP): pyproject.toml
