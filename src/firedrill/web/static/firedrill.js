@@ -1,0 +1,24 @@
+// firedrill: the page's server-sent event stream, turned into htmx fragment refreshes.
+// Each live section listens for "fd-update" on <body> and re-fetches itself; events are
+// coalesced (at most one refresh per 500 ms), so a burst of 100 updates per second costs
+// two refreshes a second, not a hundred. Without JavaScript the pages still work: reload.
+(function () {
+  "use strict";
+  var src = document.body.getAttribute("data-events");
+  if (!src || !window.EventSource) { return; }
+  var live = document.getElementById("live");
+  var timer = null;
+  var seen = 0;
+  function refresh() {
+    timer = null;
+    document.body.dispatchEvent(new CustomEvent("fd-update"));
+    if (live) { live.textContent = "live: " + seen + " update" + (seen === 1 ? "" : "s"); }
+  }
+  var stream = new EventSource(src, { withCredentials: true });
+  stream.onmessage = function () {
+    seen += 1;
+    if (timer === null) { timer = window.setTimeout(refresh, 500); }
+  };
+  stream.onopen = function () { document.body.setAttribute("data-live", "open"); };
+  stream.onerror = function () { document.body.setAttribute("data-live", "reconnecting"); };
+})();
