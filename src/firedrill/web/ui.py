@@ -20,8 +20,6 @@ postmortem}``; ``breakglass`` and ``breakglass/{request}/approve``; ``gamedays``
 ``gamedays/runs/{id}/report``; ``events`` (the event stream, session-authenticated).
 """
 
-from __future__ import annotations
-
 import math
 import re
 import secrets
@@ -280,6 +278,8 @@ def mount_ui(app: FastAPI, *, service: IncidentService, hub: EventHub, tokens: T
             "who": session.principal if session else None,
             "csrf": session.csrf if session else "",
             "now_s": service.clock.now_s(),
+            "error": "",
+            "note": "",
             **context,
         }
         response: HTMLResponse = templates.TemplateResponse(request, name, ctx, status_code=status)
