@@ -57,6 +57,7 @@ from firedrill.web.session import COOKIE, CSRF_FIELD, CSRF_HEADER, Session, Sess
 HERE: Final = Path(__file__).resolve().parent
 LOGIN_COOKIE: Final = "firedrill_login"  # double-submit CSRF token of the login form
 PARTS: Final = ("head", "timeline", "levers", "comms", "breakglass")
+PROBE_SERIES: Final = "firedrill_probe_ttft_seconds"  # the synthetic probe, per model × region
 AUDIT_QUERY: Final = "firedrill audit (incident channel originals)"
 # Content-Security-Policy of every page: scripts and styles from firedrill only (the charts are
 # inline SVG with presentation attributes); no framing by other sites.
@@ -163,31 +164,33 @@ def _product(detail: IncidentDetail) -> str:
 
 
 def _chart(service: IncidentService, detail: IncidentDetail) -> tuple[str | None, str]:
-    """An inline SVG of the cell's TTFT (probe p99) from the signals serve reads, or why not."""
+    """An inline SVG of the synthetic TTFT probe in the incident's region (one line per model)
+    from the signals serve reads (Prometheus, or the served twin), or why there is none."""
     if service.signals is None:
         return None, "no chart: serve runs without Prometheus or a fleet to read series from"
     now = service.clock.now_s()
     start = max(0.0, detail.opened_at_s - 1800.0)
     try:
         found = service.signals.query(
-            "firedrill_probe_ttft_seconds", {"cell": detail.cell}, start_s=start, end_s=now
+            PROBE_SERIES, {"region": detail.region}, start_s=start, end_s=now
         )
     except (FiredrillError, OSError, ValueError) as exc:
         return None, f"no chart: the series could not be read ({exc})"
     series = [
         Series(
-            s.label("quantile") or s.label("region") or detail.cell,
+            s.label("model_name") or detail.region,
             [(float(t) - start, float(v)) for t, v in zip(s.t_s, s.values, strict=False)],
         )
         for s in found[:6]
         if len(s.t_s)
     ]
     if not series:
-        return None, f"no chart: no firedrill_probe_ttft_seconds samples for {detail.cell}"
+        return None, f"no chart: no {PROBE_SERIES} samples for {detail.region} yet"
     svg = time_series_chart(
         f"ttft-{detail.id}",
         [Panel(series, "TTFT (s)", lambda v: f"{v:.2f} s")],
-        title=f"TTFT in {detail.cell}, from 30 min before the incident opened",
+        title=f"TTFT probe in {detail.region} (region of {detail.cell}), from 30 min before "
+        f"{detail.id} opened",
         markers=[Marker(detail.opened_at_s - start, f"{detail.id} opened", "injection")],
         width=820,
     )
