@@ -162,7 +162,7 @@ def test_a_two_person_lever_through_the_pages_refuses_one_person_twice(world: An
     assert "Undo lever" in page
     assert "Alice approved route_weight" in page
     # the TTFT probe of the incident's region, drawn server-side from the fleet's series
-    assert '<svg' in page.split('id="chart-h"')[1].split("</section>")[0]
+    assert "<svg" in page.split('id="chart-h"')[1].split("</section>")[0]
 
 
 def test_user_text_is_escaped_everywhere(world: Any) -> None:
