@@ -7,11 +7,14 @@ through the login form like a browser, and measures:
 1. **board render**: ``GET /ui/board`` (the whole page, every open incident with its SEV,
    deciding axis, IC and next update due) and the rows fragment htmx re-fetches, ``--renders``
    times each, idle;
-2. **event fan-out**: ``--subscribers`` browser-like clients hold ``/ui/events`` open while
-   ``--writers`` people post incident-channel updates through the JSON API at ``--rate`` updates
-   per second in total for ``--seconds``. Latency is from the moment an update is sent to the
-   moment each subscriber has read its event (the k-th event by a writer is that writer's k-th
-   update; each writer posts one at a time, so its events arrive in order);
+2. **event fan-out**: ``--subscribers`` browser-like clients hold ``/ui/events`` open while the
+   server publishes ``--rate`` events per second for ``--seconds`` on its event hub (a thread in
+   the server process, each event stamped with the wall time it was published): latency from
+   publication to each subscriber having read the event, and events missed;
+2b. **writes through the API**: the same subscribers while ``--writers`` people post
+   incident-channel updates through the JSON API, aiming at ``--rate`` in total. Latency is from
+   the moment an update is sent to the moment each subscriber has read its event (the k-th event
+   by a writer is that writer's k-th update; each writer posts one at a time);
 3. **board render under that load** (the rows fragment once a second: an open board page
    re-fetches it at most every 2 s, however many events arrive).
 
@@ -74,6 +77,44 @@ def render(client: httpx.Client, fragment: bool) -> float:
     took = time.perf_counter() - start
     assert r.status_code == 200, r.text[:300]
     return took
+
+
+async def synthetic(base: str, cookie: str, args: argparse.Namespace) -> tuple[list[float], int]:
+    """Latencies (s) of the server's own events to every subscriber, and how many went missing."""
+    got: list[list[float]] = [[] for _ in range(args.subscribers)]
+    ready = 0
+    last_seq = int(args.rate * args.seconds) - 1
+
+    async def subscribe(i: int) -> None:
+        nonlocal ready
+        async with (
+            httpx.AsyncClient(
+                base_url=base, timeout=None, cookies={"firedrill_session": cookie}
+            ) as c,
+            c.stream("GET", "/ui/events") as r,
+        ):
+            ready += 1
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    if data.get("type") == "bench":
+                        got[i].append(time.time() - float(data["sent"]))
+                        if int(data["seq"]) >= last_seq:
+                            return
+
+    subs = [asyncio.create_task(subscribe(i)) for i in range(args.subscribers)]
+    while ready < args.subscribers:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    async with httpx.AsyncClient(base_url=base, timeout=60) as c:
+        r = await c.post("/bench/publish", params={"rate": args.rate, "seconds": args.seconds})
+        assert r.status_code == 200, r.text
+    await asyncio.wait(subs, timeout=args.seconds + 30)
+    for t in subs:
+        t.cancel()
+    expected = (last_seq + 1) * args.subscribers
+    latencies = [x for per in got for x in per]
+    return latencies, expected - len(latencies)
 
 
 async def fan_out(
@@ -204,6 +245,7 @@ def main() -> None:
                 "0",
                 "--incidents",
                 str(args.incidents),
+                "--bench-publisher",
             ],
             cwd=ROOT,
             stdout=log,
@@ -236,6 +278,14 @@ def main() -> None:
                 f"fan-out: {args.subscribers} subscribers, {args.writers} writers, "
                 f"{args.rate:g} updates/s for {args.seconds:g} s"
             )
+            latencies, missing = asyncio.run(synthetic(base, cookie, args))
+            print(
+                f"  server events -> subscribers: p50 {pct(latencies, 50) * 1000:.1f} ms, "
+                f"p95 {pct(latencies, 95) * 1000:.1f} ms, p99 {pct(latencies, 99) * 1000:.1f} ms, "
+                f"max {max(latencies) * 1000:.1f} ms over {len(latencies)} deliveries; "
+                f"missing {missing}"
+            )
+            print(f"writes through the API ({args.writers} writers, aiming at {args.rate:g}/s):")
             latencies, total, missing, boards = asyncio.run(fan_out(base, cookie, args))
             print(
                 f"  event latency: p50 {pct(latencies, 50) * 1000:.1f} ms, p95 "

@@ -339,7 +339,7 @@ def test_break_glass_needs_two_people_other_than_the_requester(store: Store) -> 
         )
         (inc,) = client.get("/api/v1/incidents", headers=auth("bob-token")).json()
         url = f"/api/v1/incidents/{inc['id']}/breakglass"
-        body = {"identity": "alice", "scope": "nodes:cordon", "reason": "drain by hand"}
+        body = {"identity": "alice", "scope": "nodes:patch", "reason": "drain by hand"}
         assert (
             client.post(url, json={**body, "scope": "cluster-admin"}, headers=auth("alice-token"))
         ).status_code == 403

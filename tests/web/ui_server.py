@@ -6,13 +6,18 @@ it, built in process so the test is fast and deterministic: the demo fleet's twi
 fleet, a stand-in burn probe that keeps burning, and a runbook whose lever moves two cells' route
 weights (fleet scope: it needs two approvers). One game-day result (the report tests' L5 fixture)
 is stored so the game-day pages have a run to show. ``--incidents N`` opens N more incidents
-straight in the store (the board benchmark's 1,000).
+straight in the store (the board benchmark's 1,000). ``--bench-publisher`` adds
+``POST /bench/publish?rate=R&seconds=S``: a thread in this process publishes R events a second on
+the event hub, each stamped with the wall time it was published, so the benchmark measures the
+fan-out to subscribers apart from what a write costs (never part of ``firedrill serve``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 from pathlib import Path
 
 import uvicorn
@@ -38,6 +43,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=Path, required=True)
     parser.add_argument("--tick", type=float, default=0.5)
     parser.add_argument("--incidents", type=int, default=0)
+    parser.add_argument("--bench-publisher", action="store_true")
     args = parser.parse_args()
 
     store = open_store(args.db)
@@ -78,6 +84,22 @@ def main() -> None:
         runbooks={"ttft": both_cells, "availability": both_cells},
     )
     app = create_app(WebSettings(tokens=Tokens.load(args.tokens), tick_s=args.tick), service)
+    if args.bench_publisher:
+        hub = app.state.hub
+
+        def publish(rate: float, seconds: float) -> None:
+            start = time.perf_counter()
+            k = 0
+            while (due := start + k / rate) < start + seconds:
+                time.sleep(max(0.0, due - time.perf_counter()))
+                hub.publish("bench", "INC-0001", {"seq": k, "sent": time.time()})
+                k += 1
+
+        @app.post("/bench/publish")
+        def bench_publish(rate: float, seconds: float) -> dict[str, float]:
+            threading.Thread(target=publish, args=(rate, seconds), daemon=True).start()
+            return {"rate": rate, "seconds": seconds}
+
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", timeout_keep_alive=5)
 
 
