@@ -265,7 +265,11 @@ def main() -> None:
                 time.sleep(0.2)
             client, page = login(base, "viewer-token")
             rows = page.count('href="/ui/incidents/INC-')
-            print(f"board: {rows} open incidents on the page ({len(page) / 1024:.0f} KiB)")
+            total = re.search(r"(\d+) incidents", page)
+            print(
+                f"board: {total.group(1) if total else '?'} open incidents, {rows} on its first "
+                f"page ({len(page) / 1024:.0f} KiB)"
+            )
             for fragment in (False, True):
                 times = [render(client, fragment) for _ in range(args.renders)]
                 what = "rows fragment" if fragment else "whole page"

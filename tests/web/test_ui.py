@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from firedrill.app.serve import IncidentService, ServeSettings
 from firedrill.specfile import load_fleet
-from firedrill.store import Store, comms, drills, open_store
+from firedrill.store import Store, comms, drills, incidents, open_store
 from firedrill.twin.engine import Twin
 from firedrill.web import WebSettings, create_app
 from firedrill.web.auth import Tokens, token_sha256
@@ -252,6 +252,28 @@ def test_the_board_shows_sev_axis_cell_ic_and_the_update_deadline(world: Any) ->
     assert client.get("/ui/board?region=us-west-2").text.count("/ui/incidents/INC-") == 1
     fragment = client.get("/ui/board", headers={"HX-Request": "true", "HX-Target": "board-rows"})
     assert fragment.text.lstrip().startswith('<div id="board-rows"')
+
+
+def test_the_board_pages_through_many_incidents_most_severe_first(world: Any) -> None:
+    client, service = world
+    with service.store.session() as s:
+        for i in range(150):
+            incidents.create(
+                session=s,
+                cell="use1-a",
+                region="us-east-1",
+                title=f"many {i}",
+                sev=4 if i < 149 else 1,
+                opened_at_s=float(i),
+            )
+    login(client, "bob-token")
+    first = client.get("/ui/board").text
+    assert "150 incidents; showing 1–100 (page 1 of 2)" in first
+    assert first.index("many 149") < first.index("many 0<")  # the SEV1 first
+    second = client.get("/ui/board?page=1").text
+    assert "showing 101–150" in second
+    assert "many 99<" in second
+    assert 'rel="prev"' in second
 
 
 def test_the_game_day_pages_show_the_ladder_and_render_a_stored_report(world: Any) -> None:

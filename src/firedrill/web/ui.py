@@ -56,6 +56,7 @@ from firedrill.web.session import COOKIE, CSRF_FIELD, CSRF_HEADER, Session, Sess
 
 HERE: Final = Path(__file__).resolve().parent
 LOGIN_COOKIE: Final = "firedrill_login"  # double-submit CSRF token of the login form
+BOARD_PAGE: Final = 100  # incidents per board page: a commander reads the top, filters the rest
 PARTS: Final = ("head", "timeline", "levers", "comms", "breakglass")
 PROBE_SERIES: Final = "firedrill_probe_ttft_seconds"  # the synthetic probe, per model × region
 AUDIT_QUERY: Final = "firedrill audit (incident channel originals)"
@@ -357,39 +358,50 @@ def mount_ui(app: FastAPI, *, service: IncidentService, hub: EventHub, tokens: T
     # --- the board --------------------------------------------------------------------------
 
     def board_rows(
-        status: str | None, sev: int | None, region: str | None, cell: str | None, axis: str | None
-    ) -> list[BoardRow]:
+        status: str | None,
+        sev: int | None,
+        region: str | None,
+        cell: str | None,
+        axis: str | None,
+        page_no: int,
+    ) -> tuple[list[BoardRow], int]:
+        """One page of the board, most severe then oldest first, and how many match in all.
+
+        Only the page's incidents get their IC and update deadline read from the store.
+        """
         found = service.list_incidents(
             status=status, cell=cell or None, region=region or None, sev=sev, limit=10**6
         )
         axes = service.deciding_axes()
+        if axis:
+            found = [i for i in found if axes.get(i.id) == axis]
+        found.sort(key=lambda i: (i.sev, i.opened_at_s))
+        shown = found[page_no * BOARD_PAGE : (page_no + 1) * BOARD_PAGE]
         with service.store.session() as s:
-            facts = store_board.facts(session=s, incident_ids=[i.id for i in found])
+            facts = store_board.facts(session=s, incident_ids=[i.id for i in shown])
         now = service.clock.now_s()
         rows = []
-        for i in found:
+        for i in shown:
             f = facts[i.id]
-            due = (
-                None if i.status == "resolved" else next_update_due(i.sev, i.opened_at_s, f.updates)
+            due = None
+            if i.status != "resolved":
+                due = next_update_due(i.sev, i.opened_at_s, f.updates)
+            rows.append(
+                BoardRow(
+                    id=i.id,
+                    title=i.title,
+                    sev=i.sev,
+                    status=i.status,
+                    cell=i.cell,
+                    region=i.region,
+                    kind=i.kind,
+                    deciding_axis=axes.get(i.id),
+                    age_s=now - i.opened_at_s,
+                    commander=f.commander,
+                    next_due_s=due,
+                )
             )
-            row = BoardRow(
-                id=i.id,
-                title=i.title,
-                sev=i.sev,
-                status=i.status,
-                cell=i.cell,
-                region=i.region,
-                kind=i.kind,
-                deciding_axis=axes.get(i.id),
-                age_s=now - i.opened_at_s,
-                commander=f.commander,
-                next_due_s=due,
-            )
-            if axis and row.deciding_axis != axis:
-                continue
-            rows.append(row)
-        rows.sort(key=lambda r: (r.sev, -r.age_s))
-        return rows
+        return rows, len(found)
 
     @router.get("/board")
     def board(
@@ -400,15 +412,27 @@ def mount_ui(app: FastAPI, *, service: IncidentService, hub: EventHub, tokens: T
         region: Annotated[str, Query(max_length=200)] = "",
         cell: Annotated[str, Query(max_length=200)] = "",
         axis: Annotated[str, Query(max_length=64)] = "",
+        page_no: Annotated[int, Query(alias="page", ge=0, le=10_000)] = 0,
     ) -> HTMLResponse:
-        rows = board_rows(
-            None if status == "all" else status, int(sev) if sev else None, region, cell, axis
+        rows, total = board_rows(
+            None if status == "all" else status,
+            int(sev) if sev else None,
+            region,
+            cell,
+            axis,
+            page_no,
         )
         filters = {"status": status, "sev": sev, "region": region, "cell": cell, "axis": axis}
-        name = (
-            "_board_rows.html" if request.headers.get("hx-target") == "board-rows" else "board.html"
-        )
-        return page(request, name, {"rows": rows, "filters": filters}, session=s)
+        fragment = request.headers.get("hx-target") == "board-rows"
+        ctx = {
+            "rows": rows,
+            "filters": filters,
+            "total": total,
+            "page_no": page_no,
+            "pages": max(1, -(-total // BOARD_PAGE)),
+            "first": page_no * BOARD_PAGE,
+        }
+        return page(request, "_board_rows.html" if fragment else "board.html", ctx, session=s)
 
     # --- one incident -----------------------------------------------------------------------
 
