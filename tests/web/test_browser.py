@@ -209,6 +209,7 @@ def test_two_people_command_an_incident_in_chromium_and_the_page_updates_live(
     # game days: the ladder, a run, its report
     alice.get_by_role("link", name="Game days").click()
     playwright.expect(alice.locator("main")).to_contain_text("last successful L5 for llm-70b")
+    playwright.expect(alice.locator("main")).to_contain_text("Preheat the survivor pool")
     shot(alice, "gamedays")
     alice.get_by_role("link", name="report of run 1").click()
     alice.wait_for_url("**/report")

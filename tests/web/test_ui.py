@@ -12,6 +12,7 @@ import hashlib
 import re
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from firedrill.app.serve import IncidentService, ServeSettings
 from firedrill.specfile import load_fleet
-from firedrill.store import Store, comms, drills, incidents, open_store
+from firedrill.store import Store, comms, incidents, ladder, open_store
 from firedrill.twin.engine import Twin
 from firedrill.web import WebSettings, create_app
 from firedrill.web.auth import Tokens, token_sha256
@@ -281,16 +282,18 @@ def test_the_game_day_pages_show_the_ladder_and_render_a_stored_report(world: An
 
     client, service = world
     with service.store.session() as s:
-        row = drills.record(
+        row, _ = ladder.record(
             session=s,
             name="l5-region-blackhole-llm-70b",
             rung=5,
             model="llm-70b",
             verdict="passed",
             run_by="Carol",
+            runbook_author="Carol",
             at_s=3600.0,
             report=fixture_report(),
-            started_at="2026-11-20T10:00:00+00:00",
+            started_at=datetime(2026, 11, 20, 10, tzinfo=UTC),
+            override_reason="the pages need a run",
         )
         s.flush()
         result_id = row.id
@@ -298,6 +301,8 @@ def test_the_game_day_pages_show_the_ladder_and_render_a_stored_report(world: An
     page = client.get("/ui/gamedays").text
     assert "last successful L5 for llm-70b:" in page
     assert "days ago" in page
+    assert "Carol ran a drill of a runbook they wrote" in page  # a rotation warning
+    assert "Preheat the survivor pool before shifting" in page  # an open action item
     assert f"/ui/gamedays/runs/{result_id}/report" in page
     report = client.get(f"/ui/gamedays/runs/{result_id}/report")
     assert report.status_code == 200

@@ -18,13 +18,14 @@ import argparse
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import uvicorn
 
 from firedrill.app.serve import IncidentService, ServeSettings
 from firedrill.specfile import load_fleet
-from firedrill.store import drills, incidents, open_store
+from firedrill.store import incidents, ladder, open_store
 from firedrill.twin.engine import Twin
 from firedrill.web import WebSettings, create_app
 from firedrill.web.auth import Tokens
@@ -52,16 +53,18 @@ def main() -> None:
     twin.advance(60)
     probe = Probe()
     with store.session() as s:
-        drills.record(
+        ladder.record(  # the gate wants L4 first: overridden, as a reason on the record
             session=s,
             name="l5-region-blackhole-llm-70b",
             rung=5,
             model="llm-70b",
             verdict="passed",
             run_by="Carol",
+            runbook_author="Carol",
             at_s=3600.0,
             report=fixture_report(),
-            started_at="2026-11-20T10:00:00+00:00",
+            started_at=datetime(2026, 11, 20, 10, tzinfo=UTC),
+            override_reason="a stored run for the pages to show",
         )
         cells = [c.name for c in twin.cells()]
         for i in range(args.incidents):
