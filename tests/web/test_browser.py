@@ -193,6 +193,9 @@ def test_two_people_command_an_incident_in_chromium_and_the_page_updates_live(
     assert server.api("GET", f"/api/v1/levers/{lever['id']}")["status"] == "proposed"
     shot(alice, "incident-refused-one-person")
 
+    # Alice starts an update; live refreshes must not wipe what she is typing
+    draft = alice.get_by_label("Update", exact=True)
+    draft.fill("Half-written: mitigation under way")
     bob = person(browser, server, "bob-secret", elsewhere)
     bob.goto(f"{server.url}/ui/incidents/{lever['incident_id']}")
     bob.get_by_role("button", name=f"Approve lever {lever['id']}").click()
@@ -204,6 +207,7 @@ def test_two_people_command_an_incident_in_chromium_and_the_page_updates_live(
     playwright.expect(timeline).to_contain_text("Bob approved", timeout=15_000)
     playwright.expect(alice.locator(f"#lever-{lever['id']}")).to_contain_text("applied")
     playwright.expect(alice.get_by_role("button", name=f"Undo lever {lever['id']}")).to_be_visible()
+    playwright.expect(draft).to_have_value("Half-written: mitigation under way")
     shot(alice, "incident-live-after-second-approval")
 
     # game days: the ladder, a run, its report
