@@ -95,6 +95,8 @@ def test_pages_need_a_session_and_the_login_form_its_own_csrf_token(world: Any) 
     r = client.get("/ui/board", follow_redirects=False)
     assert r.status_code == 303
     assert r.headers["location"].startswith("/ui/login?next=/ui/board")
+    deep = client.get("/ui/board?sev=1&cell=usw2-b", follow_redirects=False)
+    assert deep.headers["location"] == "/ui/login?next=/ui/board%3Fsev%3D1%26cell%3Dusw2-b"
     # a login post from another site's form: no nonce cookie, no matching field
     assert client.post("/ui/login", data={"token": "bob-token", "csrf": "x"}).status_code == 403
     form = client.get("/ui/login")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Final
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -237,7 +238,8 @@ def mount_ui(app: FastAPI, *, service: IncidentService, hub: EventHub, tokens: T
 
     @app.exception_handler(LoginRequired)
     async def _login(_: Request, exc: LoginRequired) -> Response:
-        return RedirectResponse(f"/ui/login?next={_safe_next(exc.next_url)}", status_code=303)
+        target = quote(_safe_next(exc.next_url), safe="/")
+        return RedirectResponse(f"/ui/login?next={target}", status_code=303)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:
