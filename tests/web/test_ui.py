@@ -257,6 +257,43 @@ def test_the_board_shows_sev_axis_cell_ic_and_the_update_deadline(world: Any) ->
     assert fragment.text.lstrip().startswith('<div id="board-rows"')
 
 
+def test_break_glass_through_the_pages_needs_two_others_and_shows_its_expiry(world: Any) -> None:
+    client, service = world
+    incident_id, _ = open_incident(client, service)
+    bob = login(client, "bob-token")
+    asked = client.post(
+        f"/ui/incidents/{incident_id}/breakglass",
+        data={
+            "csrf": bob,
+            "identity": "carol",
+            "scope": "nodes:patch",
+            "reason": "cordon by hand",
+            "ttl_min": "30",
+        },
+    )
+    assert asked.status_code == 200, asked.text
+    (request_id,) = set(re.findall(r"/ui/breakglass/([^/]+)/approve", asked.text))
+    url = f"/ui/breakglass/{request_id}/approve"
+    own = client.post(url, data={"csrf": bob, "incident": incident_id})
+    assert own.status_code == 403  # the requester never approves their own request
+    client.cookies.clear()
+    alice = login(client, "alice-token")
+    htmx = {"HX-Request": "true"}
+    first = client.post(url, data={"csrf": alice, "incident": incident_id}, headers=htmx)
+    assert first.status_code == 200
+    assert "break-glass pending" in first.text
+    client.cookies.clear()
+    eve = login(client, "eve-token")
+    second = client.post(url, data={"csrf": eve, "incident": incident_id}, headers=htmx)
+    assert second.status_code == 200, second.text
+    assert "break-glass granted" in second.text
+    security = client.get("/ui/breakglass").text
+    row = security.split("<td>nodes:patch</td>")[1].split("</tr>")[0]
+    assert "<td>carol</td><td>nodes:patch</td>" in security
+    assert "<td>bob</td><td>alice, eve</td>" in row  # who asked, who approved
+    assert "active, 30m 00s left" in row
+
+
 def test_the_board_pages_through_many_incidents_most_severe_first(world: Any) -> None:
     client, service = world
     with service.store.session() as s:
