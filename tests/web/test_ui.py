@@ -294,6 +294,48 @@ def test_break_glass_through_the_pages_needs_two_others_and_shows_its_expiry(wor
     assert "active, 30m 00s left" in row
 
 
+def test_the_commander_writes_the_postmortem_once_resolved(world: Any) -> None:
+    client, service = world
+    incident_id, _ = open_incident(client, service)
+    form = {
+        "root_cause_class": "capacity",
+        "text": "usw2-b <b>ran hot</b> after a neighbour drain.",
+        "ttd_min": "5",
+        "gpu_hours_lost": "12.5",
+        "item_kind": "game_day_scenario",
+        "item_text": "drill the neighbour drain",
+        "item_owner": "Dana",
+    }
+    bob = login(client, "bob-token")
+    early = client.post(f"/ui/incidents/{incident_id}/postmortem", data={"csrf": bob, **form})
+    assert early.status_code == 409  # not resolved yet: the API's rule and reason
+    assert "is not resolved" in early.text
+    gone = payload(alert("usw2-b", "CellTTFTBurnFast", region="us-west-2", status="resolved"))
+    client.post("/api/v1/alerts/webhook", json=gone, headers=auth("am-token"))
+    client.cookies.clear()
+    eve = login(client, "eve-token")
+    assert (
+        client.post(
+            f"/ui/incidents/{incident_id}/postmortem", data={"csrf": eve, **form}
+        ).status_code
+        == 403
+    )  # the comms lead does not write it
+    client.cookies.clear()
+    bob = login(client, "bob-token")
+    assert "Write postmortem" in client.get(f"/ui/incidents/{incident_id}").text
+    done = client.post(
+        f"/ui/incidents/{incident_id}/postmortem",
+        data={"csrf": bob, **form},
+        headers={"HX-Request": "true"},
+    )
+    assert done.status_code == 200, done.text
+    assert "TTD</dt><dd>5m 00s" in done.text
+    assert "12.5 GPU·h" in done.text
+    assert "&lt;b&gt;ran hot&lt;/b&gt;" in done.text
+    pm = client.get(f"/api/v1/incidents/{incident_id}/postmortem", headers=auth("bob-token"))
+    assert pm.json()["action_items"][0]["owner"] == "Dana"
+
+
 def test_the_board_pages_through_many_incidents_most_severe_first(world: Any) -> None:
     client, service = world
     with service.store.session() as s:
