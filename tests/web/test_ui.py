@@ -397,3 +397,27 @@ def test_the_vendored_htmx_is_the_one_the_notes_name() -> None:
     digest = hashlib.sha256((STATIC / "htmx.min.js").read_bytes()).hexdigest()
     assert digest in notes
     assert (STATIC / "htmx.LICENSE").read_text().startswith("Zero-Clause BSD")
+
+
+def test_the_cell_ttft_p99_is_the_histogram_quantile_of_the_summed_buckets() -> None:
+    import numpy as np
+
+    from firedrill.model.series import Series
+    from firedrill.web.ui import cell_ttft_p99
+
+    t = np.arange(0.0, 181.0, 15.0)
+
+    # two replicas; every request of the last minute took between 0.25 s and 0.5 s
+    def bucket(le: str, per_s: float, replica: str) -> Series:
+        labels = (("cell", "usw2-b"), ("le", le), ("replica", replica))
+        return Series("vllm:time_to_first_token_seconds_bucket", labels, t, per_s * t)
+
+    found = [
+        bucket(le, rate, r)
+        for r in ("a", "b")
+        for le, rate in (("0.25", 0.0), ("0.5", 10.0), ("1", 10.0), ("+Inf", 10.0))
+    ]
+    out = cell_ttft_p99(found)
+    assert [x for x, _ in out] == [float(x) for x in t[1:]]
+    assert all(v == pytest.approx(0.25 + 0.25 * 0.99) for _, v in out)
+    assert cell_ttft_p99(found[:1]) == []  # one bucket is no histogram

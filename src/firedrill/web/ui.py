@@ -23,7 +23,7 @@ postmortem}``; ``breakglass`` and ``breakglass/{request}/approve``; ``gamedays``
 import math
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import ValidationError
 
 from firedrill.app.serve import IncidentDetail, IncidentService, ServeError
+from firedrill.detect.promql import bucket_quantile
 from firedrill.drill.ladder import standings
 from firedrill.drill.report import render_html as render_drill_html
 from firedrill.errors import FiredrillError, StoreError
@@ -60,6 +61,7 @@ LOGIN_COOKIE: Final = "firedrill_login"  # double-submit CSRF token of the login
 BOARD_PAGE: Final = 100  # incidents per board page: a commander reads the top, filters the rest
 PARTS: Final = ("head", "timeline", "levers", "comms", "breakglass")
 PROBE_SERIES: Final = "firedrill_probe_ttft_seconds"  # the synthetic probe, per model × region
+TTFT_BUCKETS: Final = "vllm:time_to_first_token_seconds_bucket"  # per replica, labelled by cell
 AUDIT_QUERY: Final = "firedrill audit (incident channel originals)"
 # Content-Security-Policy of every page: scripts and styles from firedrill only (the charts are
 # inline SVG with presentation attributes); no framing by other sites.
@@ -165,36 +167,77 @@ def _product(detail: IncidentDetail) -> str:
     return "inference"
 
 
+def cell_ttft_p99(
+    found: Sequence[Any], *, window_s: float = 60.0
+) -> list[tuple[float, float | None]]:
+    """The cell's TTFT p99 over a sliding window from its histogram buckets (summed over
+    replicas and models), as ``histogram_quantile(0.99, sum by (le) (increase(...[1m])))``."""
+    by_le: dict[float, dict[float, float]] = {}
+    for s in found:
+        le = s.label("le")
+        try:
+            bound = float(le)
+        except ValueError:
+            continue
+        into = by_le.setdefault(bound, {})
+        for t, v in zip(s.t_s.tolist(), s.values.tolist(), strict=False):
+            if math.isfinite(v):
+                into[t] = into.get(t, 0.0) + v
+    if len(by_le) < 2:
+        return []
+    times = sorted(set.intersection(*(set(d) for d in by_le.values())))
+    out: list[tuple[float, float | None]] = []
+    j = 0
+    for t in times:
+        while j < len(times) and times[j] < t - window_s:
+            j += 1
+        if times[j] >= t:
+            continue  # no earlier sample inside the window yet
+        before = times[j]
+        pairs = [(le, max(0.0, d[t] - d[before])) for le, d in by_le.items()]
+        q = bucket_quantile(0.99, pairs)
+        out.append((t, q if math.isfinite(q) else None))
+    return out
+
+
 def _chart(service: IncidentService, detail: IncidentDetail) -> tuple[str | None, str]:
-    """An inline SVG of the synthetic TTFT probe in the incident's region (one line per model)
-    from the signals serve reads (Prometheus, or the served twin), or why there is none."""
+    """An inline SVG of the cell's TTFT p99 (from its histogram) and the region's synthetic
+    probe, from the signals serve reads (Prometheus, or the served twin), or why there is none."""
     if service.signals is None:
         return None, "no chart: serve runs without Prometheus or a fleet to read series from"
     now = service.clock.now_s()
     start = max(0.0, detail.opened_at_s - 1800.0)
     try:
-        found = service.signals.query(
+        buckets = service.signals.query(
+            TTFT_BUCKETS, {"cell": detail.cell}, start_s=start, end_s=now
+        )
+        probes = service.signals.query(
             PROBE_SERIES, {"region": detail.region}, start_s=start, end_s=now
         )
     except (FiredrillError, OSError, ValueError) as exc:
         return None, f"no chart: the series could not be read ({exc})"
-    series = [
+    series = []
+    p99 = cell_ttft_p99(buckets)
+    if p99:
+        series.append(Series(f"{detail.cell} p99 (1m)", [(t - start, v) for t, v in p99]))
+    series += [
         Series(
-            s.label("model_name") or detail.region,
+            f"probe {s.label('model_name') or detail.region}",
             [(float(t) - start, float(v)) for t, v in zip(s.t_s, s.values, strict=False)],
         )
-        for s in found[:6]
+        for s in probes[:4]
         if len(s.t_s)
     ]
     if not series:
-        return None, f"no chart: no {PROBE_SERIES} samples for {detail.region} yet"
+        return None, f"no chart: no TTFT samples for {detail.cell} or {detail.region} yet"
     svg = time_series_chart(
         f"ttft-{detail.id}",
         [Panel(series, "TTFT (s)", lambda v: f"{v:.2f} s")],
-        title=f"TTFT probe in {detail.region} (region of {detail.cell}), from 30 min before "
-        f"{detail.id} opened",
+        title=f"TTFT in {detail.cell} (p99 from its histogram) and the {detail.region} probe, "
+        f"from 30 min before {detail.id} opened",
         markers=[Marker(detail.opened_at_s - start, f"{detail.id} opened", "injection")],
         width=820,
+        zoom=False,
     )
     return svg, ""
 
