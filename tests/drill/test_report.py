@@ -862,3 +862,13 @@ def test_tables_break_no_word_mid_way() -> None:
     page = render_html(fixture_report())
     assert "overflow-wrap: anywhere" not in page
     assert "word-break: break-all" not in page
+
+
+def test_the_terminal_shows_the_reports_units() -> None:
+    from firedrill.cli.gameday import _num
+    from firedrill.drill.report import format_expected, format_value
+
+    assert _num(165.0, "measured_rto_s") == format_value(165.0, "measured_rto_s") == "2m 45s"
+    assert _num(0.248, "survivor_ttft_p99_s") == "0.248s"
+    assert _num(0.0906, "kv_usage_max") == format_value(0.0906, "kv_usage_max") == "9.1%"
+    assert format_expected("<=", 600, "recovery_s") == "<= 10m 00s"
