@@ -275,13 +275,14 @@ def time_series_chart(
         return f'stroke="{colour[n]}" stroke-width="2"{pattern}'
 
     out = _svg_open(chart, title, width, height)
-    for i, n in enumerate(names):  # legend: the line as drawn (colour and dash), then the name
-        lx = left + i * 150
+    lx = left
+    for n in names:  # legend: the line as drawn (colour and dash), then the name
         out.append(
             f'<line x1="{lx}" y1="{legend_y - 4}" x2="{lx + 28}" y2="{legend_y - 4}" '
             f'{series_stroke(n)} class="legend-line" data-series="{e(n)}"/>'
             f'<text x="{lx + 34}" y="{legend_y}">{e(n)}</text>'
         )
+        lx += max(150, 34 + 7 * len(n) + 24)  # px: about 7 px a character at 11 px
     for pi, p in enumerate(panels):
         top = plot_top0 + pi * (panel_h + gap)
         bottom = top + panel_h
