@@ -77,3 +77,7 @@ clean:
 ## bench-webhook: webhook ingestion through the real HTTP stack (firedrill serve on loopback)
 bench-webhook: $(STAMP)
 	PATH=$(BIN):$$PATH $(BIN)/python benchmarks/webhook_bench.py --batch 50 --seconds 5
+
+## bench-board: the incident board with 1,000 open incidents and 100 updates/s (serve on loopback)
+bench-board: $(STAMP)
+	$(BIN)/python benchmarks/board_bench.py --incidents 1000 --rate 100 --seconds 10

@@ -1301,6 +1301,16 @@ class IncidentService:
         out.reverse()  # newest first
         return out[offset : offset + limit]
 
+    def deciding_axes(self) -> dict[str, str | None]:
+        """The deciding severity axis of every followed incident, by store id (for the board)."""
+        from firedrill.respond.severity import assess
+
+        with self.lock:
+            return {
+                sid: assess(inc.tally.impact(), self.ingestor.book.matrix).deciding_axis
+                for sid, inc in self._followed().items()
+            }
+
     def _followed(self) -> dict[str, BookIncident]:
         """The book's incidents by store id."""
         out: dict[str, BookIncident] = {}

@@ -110,17 +110,10 @@ def _write_reports(
 
 
 def _num(v: Any, metric: str = "") -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int | float):
-        if metric.endswith("_s"):
-            if abs(v) < 10:
-                return f"{v:.2f} s"
-            return f"{v:.0f} s" if abs(v) < 120 else f"{v / 60:.1f} min"
-        return f"{v:.4g}"
-    return str(v)
+    """The same units as the Markdown and HTML reports (``2m 45s``, ``9.0%``)."""
+    from firedrill.drill.report import format_value
+
+    return format_value(v, metric or None)
 
 
 def _print_plan(plan: dict[str, Any]) -> None:
@@ -157,6 +150,8 @@ def _print_plan(plan: dict[str, Any]) -> None:
 
 
 def _print_result(r: DrillReport) -> None:
+    from firedrill.drill.report import format_expected
+
     colour = {"passed": "green", "failed": "bold red", "aborted": "magenta"}.get(r.verdict, "")
     console.print(
         f"[{colour}]{r.verdict.upper()}[/] {r.drill} ({r.rung}, seed {r.seed}): {r.reason}",
@@ -168,7 +163,7 @@ def _print_result(r: DrillReport) -> None:
     for h in r.hypothesis:
         t.add_row(
             h.clause,
-            h.expected,
+            format_expected(h.op, h.value, h.metric),
             _num(h.observed, h.metric),
             "[green]PASS[/]" if h.passed else "[bold red]FAIL[/]",
         )

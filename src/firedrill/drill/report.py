@@ -77,7 +77,10 @@ _POSTURE_NOTE = (
     "to be warm standby), not a tuning problem"
 )
 _CSS_EXTRA = """
-td, th { text-align: left; vertical-align: top; overflow-wrap: anywhere; }
+td, th { text-align: left; vertical-align: top; overflow-wrap: break-word; word-break: normal;
+  hyphens: none; }
+th { white-space: nowrap; }
+td code, td { font-variant-numeric: tabular-nums; }
 td.num, th.num { text-align: right; }
 .verdict { font-size: 1.15rem; font-weight: 700; padding: 0.5rem 0.8rem; color: #fff;
   border-radius: 4px; display: inline-block; }
@@ -167,6 +170,16 @@ def _fmt(v: object, metric: str | None = None) -> str:
     if isinstance(v, list | tuple):
         return ", ".join(_fmt(x) for x in v)
     return str(v)
+
+
+def format_value(v: object, metric: str | None = None) -> str:
+    """A value as the reports and the terminal show it: durations ``2m 45s``, ratios ``9.0%``."""
+    return _fmt(v, metric)
+
+
+def format_expected(op: str, value: object, metric: str | None = None) -> str:
+    """A hypothesis clause's expectation, e.g. ``<= 10m 00s`` or ``< 85.0%``."""
+    return f"{op} {_fmt(value, metric)}"
 
 
 def _expected(h: Mapping[str, Any]) -> str:

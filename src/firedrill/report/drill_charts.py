@@ -22,6 +22,9 @@ from firedrill.report.charts import format_duration, format_tick, nice_ticks
 
 # Series colours: the comparison's palette without its red, which here means SLO and budget.
 SERIES_PALETTE = ("#2e86c1", "#e67e22", "#27ae60", "#7f8c8d", "#16a085", "#d4ac0d")
+# Dash patterns by series, beside the colour: two regions stay apart where their lines overlap,
+# in print and for readers who do not tell the colours apart (the legend draws the same stroke).
+SERIES_DASHES = ("", "8 4", "2 3", "10 3 2 3", "4 4", "1 2")
 # Colours by meaning.
 SLO_COLOUR = "#c0392b"
 THRESHOLD_COLOUR = "#8e44ad"
@@ -108,13 +111,61 @@ def _finite(v: float | None) -> bool:
     return v is not None and math.isfinite(v)
 
 
-def time_ticks(x_max_s: float, *, most: int = 8) -> list[float]:
-    """Ticks from 0 on a readable time step (10s, 5m, 1h, …) up to at least ``x_max_s``."""
-    top = max(x_max_s, 1.0)
-    step = next((s for s in _TIME_STEPS_S if top / s <= most), None)
+def time_ticks(x_max_s: float, *, most: int = 8, x_min_s: float = 0.0) -> list[float]:
+    """Ticks on a readable time step (10s, 5m, 1h, …) from ``x_min_s`` (rounded down to the
+    step) up to at least ``x_max_s``."""
+    lo = max(x_min_s, 0.0)
+    span = max(x_max_s - lo, 1.0)
+    step = next((s for s in _TIME_STEPS_S if span / s <= most), None)
     if step is None:
-        step = 21600 * math.ceil(top / (21600 * most))
-    return [float(step * i) for i in range(math.ceil(top / step - 1e-9) + 1)]
+        step = 21600 * math.ceil(span / (21600 * most))
+    first = math.floor(lo / step + 1e-9)
+    last = math.ceil(max(x_max_s, lo + 1.0) / step - 1e-9)
+    return [float(step * i) for i in range(first, max(last, first + 1) + 1)]
+
+
+# A chart zooms when the events (markers, and where the lines move) fill less than this share of
+# the run; the window is padded by this share of its span on each side, at least ``_PAD_MIN_S``.
+_ZOOM_BELOW = 0.6
+_PAD_SHARE = 0.15
+_PAD_MIN_S = 60.0
+_SETTLED = 0.05  # a line has settled once it stays within 5% of the panel's range of its end value
+
+
+def event_window(
+    panels: Sequence[Panel], markers: Sequence[Marker], x_top_s: float
+) -> tuple[float, float] | None:
+    """Where a chart's events are: from the first marker to the last marker or the last time a
+    line moved (whichever is later), padded; ``None`` when that is most of the run anyway.
+
+    A marker at the very end of the run (the duration cap, a final revert) does not count as an
+    event to zoom on: it is listed in the key and drawn at the right edge.
+    """
+    inside = [m.at_s for m in markers if math.isfinite(m.at_s) and m.at_s < x_top_s * 0.98]
+    if not inside or x_top_s <= 0:
+        return None
+    start, end = min(inside), max(inside)
+    for p in panels:
+        values = [v for s in p.series for _, v in s.points if v is not None and math.isfinite(v)]
+        if not values:
+            continue
+        band = (max(values) - min(values)) * _SETTLED
+        for s in p.series:
+            known = [(t, v) for t, v in s.points if v is not None and math.isfinite(v + t)]
+            if not known:
+                continue
+            last_t, final = known[-1]
+            moved = [t for t, v in known if abs(v - final) > band]
+            if moved:
+                end = max(end, min(max(moved), last_t))
+            gaps = [t for t, v in s.points if not _finite(v) and math.isfinite(t) and t > last_t]
+            if gaps and known[-1][0] < x_top_s * 0.98:
+                end = max(end, last_t)  # a line that stopped (a blackholed region): its end shows
+    pad = max(_PAD_MIN_S, (end - start) * _PAD_SHARE)
+    lo, hi = max(0.0, start - pad), min(x_top_s, end + pad)
+    if hi - lo >= x_top_s * _ZOOM_BELOW:
+        return None
+    return lo, hi
 
 
 def decimate(points: Sequence[Point], *, most: int = MAX_POINTS) -> list[Point]:
@@ -167,8 +218,12 @@ def time_series_chart(
     colours: Mapping[str, str] | None = None,
     width: int = 900,
     panel_h: int = 220,
+    zoom: bool = True,
 ) -> str:
     """One or more stacked panels over a shared simulated-time axis; inline SVG.
+
+    With ``zoom`` the time axis spans where the events are (``event_window``) rather than the
+    whole run, and says so under the axis; markers outside the window stay in the key.
 
     Each panel draws its series (one colour per series name, shared across panels; pass
     ``colours`` to keep a name's colour the same across charts), its
@@ -184,20 +239,25 @@ def time_series_chart(
     all_t = [t for p in panels for s in p.series for t, _ in s.points if math.isfinite(t)]
     all_t += [m.at_s for m in markers]
     x_top = x_max_s if x_max_s is not None else max([*all_t, 60.0])
-    xt = time_ticks(x_top)
-    x_hi = xt[-1]
+    window = event_window(panels, markers, x_top) if zoom else None
+    xt = time_ticks(window[1], x_min_s=window[0]) if window else time_ticks(x_top)
+    x_lo, x_hi = xt[0], xt[-1]
 
     def x(t: float) -> float:
-        return left + min(max(t, 0.0), x_hi) / x_hi * plot_w
+        return left + (min(max(t, x_lo), x_hi) - x_lo) / (x_hi - x_lo) * plot_w
+
+    def shown(t: float) -> bool:
+        return x_lo - 1e-9 <= t <= x_hi + 1e-9
 
     tag_rows = _tag_rows(
-        [x(m.at_s) for m in markers], [len(str(i + 1)) for i in range(len(markers))]
+        [x(m.at_s) if shown(m.at_s) else -1e6 - i * 100 for i, m in enumerate(markers)],
+        [len(str(i + 1)) for i in range(len(markers))],
     )
     rows = max(tag_rows, default=-1) + 1
     plot_top0 = band_top + rows * 13 + 22  # px; room for the first panel's axis label
     key_cols = 2 if all(len(m.label) <= 40 for m in markers) else 1
     key_lines = math.ceil(len(markers) / key_cols)
-    key_top = plot_top0 + len(panels) * (panel_h + gap)
+    key_top = plot_top0 + len(panels) * (panel_h + gap) + (14 if window else 0)
     height = key_top + key_lines * 14 + 6
 
     names: list[str] = []
@@ -208,13 +268,21 @@ def time_series_chart(
     colour = series_colours(names)
     colour.update({n: c for n, c in (colours or {}).items() if n in colour})
 
+    dashes = {n: SERIES_DASHES[i % len(SERIES_DASHES)] for i, n in enumerate(names)}
+
+    def series_stroke(n: str) -> str:
+        pattern = f' stroke-dasharray="{dashes[n]}"' if dashes[n] else ""
+        return f'stroke="{colour[n]}" stroke-width="2"{pattern}'
+
     out = _svg_open(chart, title, width, height)
-    for i, n in enumerate(names):  # legend
-        lx = left + i * 130
+    lx = left
+    for n in names:  # legend: the line as drawn (colour and dash), then the name
         out.append(
-            f'<rect x="{lx}" y="{legend_y - 9}" width="10" height="10" fill="{colour[n]}"/>'
-            f'<text x="{lx + 14}" y="{legend_y}">{e(n)}</text>'
+            f'<line x1="{lx}" y1="{legend_y - 4}" x2="{lx + 28}" y2="{legend_y - 4}" '
+            f'{series_stroke(n)} class="legend-line" data-series="{e(n)}"/>'
+            f'<text x="{lx + 34}" y="{legend_y}">{e(n)}</text>'
         )
+        lx += max(150, 34 + 7 * len(n) + 24)  # px: about 7 px a character at 11 px
     for pi, p in enumerate(panels):
         top = plot_top0 + pi * (panel_h + gap)
         bottom = top + panel_h
@@ -250,7 +318,8 @@ def time_series_chart(
             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{panel_h}" class="frame"/>'
         )
         for s in p.series:
-            for run in _segments(decimate(s.points)):
+            in_window = [(t, v) for t, v in s.points if shown(t)] if window else s.points
+            for run in _segments(decimate(in_window)):
                 pts = " ".join(f"{_num(x(t))},{_num(y(v))}" for t, v in run)
                 if len(run) == 1:
                     cx, cy = x(run[0][0]), y(run[0][1])
@@ -260,8 +329,8 @@ def time_series_chart(
                     )
                     continue
                 out.append(
-                    f'<polyline points="{pts}" fill="none" stroke="{colour[s.name]}" '
-                    f'stroke-width="1.6" class="series" data-series="{e(s.name)}"/>'
+                    f'<polyline points="{pts}" fill="none" {series_stroke(s.name)} '
+                    f'class="series" data-series="{e(s.name)}"/>'
                 )
         for h in p.hlines:
             hy = _num(y(h.value))
@@ -276,6 +345,8 @@ def time_series_chart(
                 f'class="{cls}-label">{e(h.label)}</text>'
             )
         for mi, m in enumerate(markers):
+            if not shown(m.at_s):
+                continue
             mx = _num(x(m.at_s))
             mc = MARKER_COLOURS.get(m.kind, _DEFAULT_MARKER_COLOUR)
             label_y = band_top + tag_rows[mi] * 13 + 9
@@ -292,6 +363,14 @@ def time_series_chart(
                     f'class="marker-tag">{mi + 1}</text>'
                 )
         out.append("</g>")
+    if window:
+        note_y = plot_top0 + len(panels) * (panel_h + gap) - gap + 30
+        out.append(
+            f'<text x="{left}" y="{note_y}" class="zoom-note" data-from-s="{x_lo:g}" '
+            f'data-to-s="{x_hi:g}">time axis zoomed to T+{e(format_duration(x_lo))} – '
+            f"T+{e(format_duration(x_hi))}, where the events are (the run lasted "
+            f"{e(format_duration(x_top))})</text>"
+        )
     col_w = (width - left) // key_cols
     for mi, m in enumerate(markers):  # the key: number, time, what happened
         kx = left + (mi // key_lines) * col_w
@@ -300,7 +379,8 @@ def time_series_chart(
         out.append(
             f'<text x="{kx}" y="{ky}" class="marker-label" data-marker="{mi + 1}">'
             f'<tspan fill="{mc}" font-weight="600">{mi + 1}</tspan> '
-            f"T+{e(format_duration(m.at_s))} {e(m.label)}</text>"
+            f"T+{e(format_duration(m.at_s))} {e(m.label)}"
+            f"{'' if shown(m.at_s) else ' (outside the zoomed axis)'}</text>"
         )
     out.append("</svg>")
     return "".join(out)
