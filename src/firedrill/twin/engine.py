@@ -37,14 +37,27 @@ from firedrill.model.state import CellView, NodeView, ReplicaCounts
 from firedrill.twin.capacity import AUTOSCALE_EVERY_S, Capacity
 from firedrill.twin.deps import LOAD_RETRY_S
 from firedrill.twin.disagg import Disaggregation
-from firedrill.twin.operations import Operations
+from firedrill.twin.operations import QUARANTINE_TAINT, Operations
 from firedrill.twin.quality import GoldenSet
 from firedrill.twin.recovery import RecoveryFeatures
-from firedrill.twin.replica import DigestInfo, Node, Replica, ReplicaState
+from firedrill.twin.remediation import (
+    APP_XIDS,
+    BURN_IN_S,
+    DCGM_ECC_DBE,
+    DCGM_PCIE_REPLAY,
+    DCGM_XID,
+    FATAL_XIDS,
+    GPU_RESET_S,
+    LINK_FLAP_S,
+    NODE_REBOOT_S,
+    THERMAL_S,
+)
+from firedrill.twin.replica import LIVE, STATE_NAMES, DigestInfo, Node, Replica, ReplicaState
 from firedrill.twin.sandbox import SandboxSim
-from firedrill.twin.scheduling import RESTART_BACKOFF_S
+from firedrill.twin.scheduling import DRAIN_GRACE_S, RESTART_BACKOFF_S
 from firedrill.twin.scrape import Scrape
-from firedrill.twin.state import F64
+from firedrill.twin.state import F64, I64, TPOT_EXPORT, TTFT_EXPORT
+from firedrill.twin.traffic import CROSS_REGION_RTT_S, OOM_CRASH_PER_S
 from firedrill.twin.training import TrainingSim
 
 # Replica lifecycle states by name, for importers of the engine (tests, benchmarks).
@@ -59,14 +72,38 @@ GONE = ReplicaState.GONE
 
 RECONCILE_EVERY_S = 5.0
 
+# what importers of the engine used before it was split keeps working
 __all__ = [
+    "APP_XIDS",
+    "AUTOSCALE_EVERY_S",
+    "BURN_IN_S",
+    "CROSS_REGION_RTT_S",
+    "DCGM_ECC_DBE",
+    "DCGM_PCIE_REPLAY",
+    "DCGM_XID",
     "DRAINING",
+    "DRAIN_GRACE_S",
     "EJECTED",
+    "F64",
+    "FATAL_XIDS",
     "GONE",
+    "GPU_RESET_S",
+    "I64",
+    "LINK_FLAP_S",
+    "LIVE",
     "LOADING",
+    "NODE_REBOOT_S",
+    "OOM_CRASH_PER_S",
     "PENDING",
     "PULLING",
+    "QUARANTINE_TAINT",
     "READY",
+    "RECONCILE_EVERY_S",
+    "RESTART_BACKOFF_S",
+    "STATE_NAMES",
+    "THERMAL_S",
+    "TPOT_EXPORT",
+    "TTFT_EXPORT",
     "WARMING",
     "DigestInfo",
     "Node",
