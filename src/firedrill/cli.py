@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -88,7 +89,7 @@ def _progress(verb: str, *, quiet: bool) -> Progress:
 
 
 def _fail(exc: FiredrillError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}")
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     return typer.Exit(EXIT_SPEC)
 
 
@@ -205,7 +206,7 @@ def twin_run(
         _print_summary(summary)
         if slo_spec is not None:
             _print_alerts(alerts)
-        console.print(f"wrote [bold]{out / 'summary.json'}[/] in {wall:.2f} s wall")
+        console.print(f"wrote [bold]{escape(str(out / 'summary.json'))}[/] in {wall:.2f} s wall")
 
 
 def _all_series(twin: Any, start_s: float, end_s: float) -> list[Series]:
@@ -235,7 +236,9 @@ def _public(s: Series) -> Series:
 
 def _print_summary(summary: dict[str, Any]) -> None:
     table = Table(
-        title=f"twin {summary['fleet']}: {summary['sim_seconds']:g} s, seed {summary['seed']}",
+        title=escape(
+            f"twin {summary['fleet']}: {summary['sim_seconds']:g} s, seed {summary['seed']}"
+        ),
         box=None,
         header_style="bold",
     )
@@ -245,8 +248,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         for model, m in c["models"].items():
             errors = m["errors"] / max(m["requests"], 1)
             table.add_row(
-                name,
-                model,
+                escape(name),
+                escape(model),
                 _count(m["requests"]),
                 f"{errors * 100:.2f}%",
                 _ms(m["ttft_p50_s"]),
@@ -277,7 +280,9 @@ def _print_alerts(alerts: list[Any]) -> None:
         table.add_column(col)
     for a in firing:
         table.add_row(
-            f"{a.at_s:.0f} s", a.alertname, a.label("severity"), a.label("cell"), a.label("slo")
+            f"{a.at_s:.0f} s",
+            *(escape(str(x)) for x in (a.alertname, a.label("severity"), a.label("cell"))),
+            escape(str(a.label("slo"))),
         )
     console.print(table)
 
@@ -356,9 +361,11 @@ def twin_serve(
         api=None if api is None else api.handle,
     )
     server.start()
-    console.print(f"serving [bold]{spec.name}[/] on {server.url}/metrics at {speed:g}x")
+    console.print(f"serving [bold]{escape(spec.name)}[/] on {server.url}/metrics at {speed:g}x")
     if api is not None:
-        console.print(f"control API on {server.url}/v1/ (bearer token in {token_file})")
+        console.print(
+            f"control API on {server.url}/v1/ (bearer token in {escape(str(token_file))})"
+        )
     wall0 = time.monotonic()
     try:
         while not stop.is_set():
@@ -420,8 +427,9 @@ def rules_generate(
     n_alerts = sum(1 for g in ruleset.groups for r in g["rules"] if "alert" in r)
     console.print(
         f"wrote {n_rules} rules ({n_alerts} alerts) in {len(ruleset.groups)} groups to "
-        f"[bold]{out / RULE_FILE}[/] and [bold]{out / PROMETHEUS_RULE}[/]; "
-        f"routing to [bold]{out / ALERTMANAGER}[/]"
+        f"[bold]{escape(str(out / RULE_FILE))}[/] and "
+        f"[bold]{escape(str(out / PROMETHEUS_RULE))}[/]; "
+        f"routing to [bold]{escape(str(out / ALERTMANAGER))}[/]"
     )
 
 
@@ -435,7 +443,8 @@ def rules_check(
     missing = [f for f in (RULE_FILE, ALERTMANAGER) if not (directory / f).is_file()]
     if missing:
         err.print(
-            f"[bold red]error:[/] {directory} lacks {', '.join(missing)}: run 'rules generate'"
+            f"[bold red]error:[/] {escape(str(directory))} lacks {', '.join(missing)}: "
+            "run 'rules generate'"
         )
         raise typer.Exit(EXIT_SPEC)
     try:
@@ -447,9 +456,9 @@ def rules_check(
         raise _fail(exc) from exc
     for r in results:
         mark = "[green]ok[/]" if r.ok else "[bold red]FAILED[/]"
-        console.print(f"{mark} {r.tool} {' '.join(r.args)}")
+        console.print(f"{mark} {escape(r.tool)} {escape(' '.join(r.args))}", highlight=False)
         if not r.ok:
-            console.print(r.output)
+            console.print(r.output, markup=False, highlight=False)
     if not all(r.ok for r in results):
         raise typer.Exit(1)
 
@@ -583,7 +592,7 @@ def _keep_incidents(store: Any, data: dict[str, Any], *, run_at_s: float) -> Non
 
 
 def _print_scenario(data: dict[str, Any]) -> None:
-    console.print(f"[bold]{data['scenario']}[/]: {data['sim_seconds']:.0f} s simulated")
+    console.print(f"[bold]{escape(data['scenario'])}[/]: {data['sim_seconds']:.0f} s simulated")
     by: dict[str, int] = {}
     for n in data["notifications"]:
         by[n["receiver"]] = by.get(n["receiver"], 0) + 1
@@ -603,23 +612,30 @@ def _print_scenario(data: dict[str, Any]) -> None:
     for c in rem["chains"][:10]:
         reached = [s["name"] for s in c["stages"] if s["status"] == "ok"]
         end = f"broken at {c['broken_at']}: {c['why']}" if c["broken_at"] else "complete"
-        console.print(f"chain {c['kind']} on {c['node']}: {' > '.join(reached)} ({end})")
+        line = f"chain {c['kind']} on {c['node']}: {' > '.join(reached)} ({end})"
+        console.print(line, markup=False, highlight=False)
     if len(rem["chains"]) > 10:
         console.print(f"... and {len(rem['chains']) - 10} more chains")
     for js, t in data.get("training", {}).items():
-        console.print(f"training {js}: {t.get('page', '')}")
+        console.print(f"training {js}: {t.get('page', '')}", markup=False, highlight=False)
         if "rank" in t:
             console.print(
                 f"  rank {t['rank']} on {t['node']}: suspended at {t['suspended_at_s']:.0f} s, "
                 f"resumed from step {t['resumed_from_step']} without {', '.join(t['excluded'])}; "
-                f"{t['gpu_hours_lost']:,.0f} GPU-h lost (${t['usd_lost']:,.0f})"
+                f"{t['gpu_hours_lost']:,.0f} GPU-h lost (${t['usd_lost']:,.0f})",
+                markup=False,
+                highlight=False,
             )
     table = Table(title="expectations", box=None, header_style="bold")
     for col in ("", "check", "expected", "observed"):
         table.add_column(col)
     for e in data["expectations"]:
         mark = "[green]PASS[/]" if e["passed"] else "[bold red]FAIL[/]"
-        table.add_row(mark, e["check"], e["expected"], e["observed"][:80])
+        table.add_row(
+            mark,
+            *(escape(str(e[k])) for k in ("check", "expected")),
+            escape(str(e["observed"])[:80]),
+        )
     console.print(table)
 
 
@@ -649,7 +665,7 @@ def export_nhc(
         sys.stdout.write(header + text)
     else:
         out.write_text(header + text)
-        err.print(f"wrote {out}")
+        err.print(f"wrote {escape(str(out))}", highlight=False)
 
 
 @audit_app.command("verify")
@@ -670,7 +686,7 @@ def audit_verify(
     if not result.ok:
         err.print(
             f"[bold red]TAMPERED[/] audit log of {result.records} records: "
-            f"first bad record is seq {result.first_bad_seq}: {result.problem}"
+            f"first bad record is seq {result.first_bad_seq}: {escape(str(result.problem))}"
         )
         raise typer.Exit(1)
     console.print(f"[green]ok[/] audit log intact: {result.records} records")
@@ -680,5 +696,5 @@ def main() -> None:
     try:
         app()
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(EXIT_SPEC)

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -46,9 +47,9 @@ def _load(path: Path) -> Any:
     try:
         return load_drill(path)
     except SpecError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         for more in exc.errors[1:]:
-            err.print(f"[red]error:[/] {more}", highlight=False)
+            err.print(f"[red]error:[/] {escape(str(more))}", highlight=False)
         raise typer.Exit(EXIT_SPEC) from exc
 
 
@@ -119,17 +120,20 @@ def _num(v: Any, metric: str = "") -> str:
 
 
 def _print_plan(plan: dict[str, Any]) -> None:
+    where = plan["target"].get("region") or ", ".join(plan["target"].get("cells") or []) or "?"
     console.print(
-        f"[bold]{plan['drill']}[/] ({plan['rung']}): target {plan['target']['model']} in "
-        f"{plan['target'].get('region') or ', '.join(plan['target'].get('cells') or []) or '?'}"
-        f"; cap {_num(plan['duration_cap_s'], '_s')}; T0 at {_num(plan['t0_s'], '_s')}",
+        f"[bold]{escape(str(plan['drill']))}[/] "
+        + escape(
+            f"({plan['rung']}): target {plan['target']['model']} in {where}"
+            f"; cap {_num(plan['duration_cap_s'], '_s')}; T0 at {_num(plan['t0_s'], '_s')}"
+        ),
         highlight=False,
     )
     t = Table(title="hypothesis", box=None, header_style="bold")
     for col in ("clause", "metric", "expected"):
         t.add_column(col)
     for h in plan["hypothesis"]:
-        t.add_row(h["clause"], h["metric"], h["expected"])
+        t.add_row(*(escape(str(h[k])) for k in ("clause", "metric", "expected")))
     console.print(t)
     t = Table(title="injections (nothing is injected by plan or an L0 tabletop)", box=None)
     for col in ("at", "injection", "lasts", "operations"):
@@ -137,13 +141,15 @@ def _print_plan(plan: dict[str, Any]) -> None:
     for row in plan["injections"]:
         t.add_row(
             _num(row["at_s"], "_s"),
-            row["injection"],
+            escape(str(row["injection"])),
             _num(row["duration_s"], "_s") if row["duration_s"] is not None else "to the cap",
-            "\n".join(row["operations"]) or "—",
+            escape("\n".join(row["operations"])) or "—",
         )
     console.print(t)
     stops = ", ".join(f"{s['name']} ({s['kind']})" for s in plan["stop_conditions"])
-    console.print(f"stop conditions: {stops}; abort owner: {plan['abort_owner'] or '—'}")
+    console.print(
+        f"stop conditions: {stops}; abort owner: {plan['abort_owner'] or '—'}", markup=False
+    )
     if plan["rto"] is not None:
         terms = ", ".join(
             f"{k.removesuffix('_s')} {_num(v, '_s')}" for k, v in plan["rto"]["planned"].items()
@@ -154,8 +160,8 @@ def _print_plan(plan: dict[str, Any]) -> None:
 def _print_result(r: dict[str, Any]) -> None:
     colour = {"passed": "green", "failed": "bold red", "aborted": "magenta"}.get(r["verdict"], "")
     console.print(
-        f"[{colour}]{r['verdict'].upper()}[/] {r['drill']} ({r['rung']}, seed {r['seed']}): "
-        f"{r['reason']}",
+        f"[{colour}]{r['verdict'].upper()}[/] "
+        + escape(f"{r['drill']} ({r['rung']}, seed {r['seed']}): {r['reason']}"),
         highlight=False,
     )
     t = Table(title="hypothesis", header_style="bold")
@@ -163,9 +169,9 @@ def _print_result(r: dict[str, Any]) -> None:
         t.add_column(col)
     for h in r["hypothesis"]:
         t.add_row(
-            h["clause"],
-            h["expected"],
-            _num(h["observed"], h["metric"]),
+            escape(str(h["clause"])),
+            escape(str(h["expected"])),
+            escape(_num(h["observed"], h["metric"])),
             "[green]PASS[/]" if h["passed"] else "[bold red]FAIL[/]",
         )
     console.print(t)
@@ -190,7 +196,9 @@ def _print_result(r: dict[str, Any]) -> None:
     for col in ("name", "kind", "fired", "at"):
         t.add_column(col)
     for s in r["stop_conditions"]:
-        t.add_row(s["name"], s["kind"], _num(s["fired"]), _num(s["at_s"], "_s"))
+        t.add_row(
+            escape(str(s["name"])), escape(str(s["kind"])), _num(s["fired"]), _num(s["at_s"], "_s")
+        )
     console.print(t)
     if r["security_floor"]:
         t = Table(title="security floor", header_style="bold")
@@ -198,7 +206,7 @@ def _print_result(r: dict[str, Any]) -> None:
             t.add_column(col)
         for c in r["security_floor"]:
             held = "[green]yes[/]" if c.get("passed") else "[bold red]NO[/]"
-            t.add_row(str(c.get("check")), held, str(c.get("detail", ""))[:100])
+            t.add_row(escape(str(c.get("check"))), held, escape(str(c.get("detail", ""))[:100]))
         console.print(t)
     reverted = r["reverted"]
     console.print(
@@ -210,7 +218,7 @@ def _print_result(r: dict[str, Any]) -> None:
         for col in ("kind", "finding", "owner"):
             t.add_column(col)
         for f in r["findings"]:
-            t.add_row(f["kind"], f["text"], f["owner"])
+            t.add_row(*(escape(str(f[k])) for k in ("kind", "text", "owner")))
         console.print(t)
 
 
@@ -308,7 +316,9 @@ def run(
             err.print("[bold red]refused:[/] an interrupted drill's leftovers are not reverted")
             raise typer.Exit(EXIT_REFUSED)
     except FiredrillError as exc:
-        err.print(f"[bold red]refused:[/] cannot recover leftovers: {exc}", highlight=False)
+        err.print(
+            f"[bold red]refused:[/] cannot recover leftovers: {escape(str(exc))}", highlight=False
+        )
         raise typer.Exit(EXIT_REFUSED) from exc
     if db is not None and not _ladder_gate(db, spec, who, override_reason):
         raise typer.Exit(EXIT_REFUSED)
@@ -320,7 +330,7 @@ def run(
         try:
             world = RemoteTwin(target, load_token(token_file))
         except FiredrillError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(EXIT_SPEC) from exc
         target_name = target
     started = datetime.now(UTC)
@@ -349,10 +359,12 @@ def run(
                 spec_sha256=loaded.spec_sha256, jitter=Jitter(seed=run_seed) if jitter else None,
             )  # fmt: skip
     except SteadyStateError as exc:
-        err.print(f"[bold red]refused:[/] {exc} (nothing was injected)", highlight=False)
+        err.print(
+            f"[bold red]refused:[/] {escape(str(exc))} (nothing was injected)", highlight=False
+        )
         raise typer.Exit(EXIT_REFUSED) from exc
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_SPEC) from exc
     finally:
         journal.close()
@@ -369,7 +381,7 @@ def run(
     if not quiet:
         _print_result(report)
         for path in written:
-            console.print(f"wrote [bold]{path}[/]")
+            console.print(f"wrote [bold]{escape(str(path))}[/]")
         console.print(f"{cap / 3600:.2g} h simulated in {wall:.2f} s wall")
     raise typer.Exit(VERDICT_EXIT.get(result.verdict, EXIT_SPEC))
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from firedrill.errors import FiredrillError
@@ -77,28 +78,31 @@ def recover_leftovers(
     report = recover(directory, world_for)
     for state in report.live:
         out.print(
-            f"[yellow]left alone[/] {state.path.name}: drill {state.header.drill} is still "
-            f"running (pid {state.header.pid})"
+            f"[yellow]left alone[/] {escape(state.path.name)}: drill "
+            f"{escape(state.header.drill)} is still running (pid {state.header.pid})"
         )
     if not report.journals:
-        out.print(f"nothing to recover in {directory}")
+        out.print(f"nothing to recover in {escape(str(directory))}")
         return True
     for j in report.journals:
         h = j.header
         mark = "[green]recovered[/]" if j.finished else "[bold red]NOT recovered[/]"
         out.print(
-            f"{mark} {j.path.name}: drill {h.drill} run by {h.run_by}, started {h.started}, "
-            f"target {h.target}"
+            f"{mark} "
+            + escape(
+                f"{j.path.name}: drill {h.drill} run by {h.run_by}, started {h.started}, "
+                f"target {h.target}"
+            )
         )
         for i in j.intents:
             colour = "red" if i.outcome == "failed" else "green"
             detail = f" ({i.detail})" if i.detail else ""
             out.print(
-                f"  [{colour}]{i.outcome}[/] {_op(i.op)} <- {_op(i.inverse)}{detail}",
+                f"  [{colour}]{i.outcome}[/] {escape(f'{_op(i.op)} <- {_op(i.inverse)}{detail}')}",
                 highlight=False,
             )
         if j.note:
-            out.print(f"  {j.note}", highlight=False)
+            out.print(f"  {j.note}", highlight=False, markup=False)
     out.print(
         f"{report.reverted} injection(s) reverted in {len(report.journals)} journal(s)"
         + ("" if report.ok else "; some could not be reverted (see above), run recover again")
@@ -123,7 +127,7 @@ def recover(
     try:
         ok = recover_leftovers(journal_dir, target=target, token_file=token_file)
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_ERROR) from exc
     if not ok:
         raise typer.Exit(EXIT_ERROR)
@@ -145,10 +149,10 @@ def ladder(
         with open_store(db, read_only=True) as store, store.session() as session:
             history = stored.runs(session=session, model=model)
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_ERROR) from exc
     if not history:
-        console.print("no drill results yet" + (f" for {model}" if model else ""))
+        console.print("no drill results yet" + (f" for {model}" if model else ""), markup=False)
         return
     table = Table(title="drill ladder")
     for column in ("model", "highest passed", "may run up to", "runs", "L5"):
@@ -156,10 +160,10 @@ def ladder(
     rows = standings(history, now)
     for s in rows:
         top = "-" if s.highest_passed is None else f"L{s.highest_passed}"
-        table.add_row(s.model, top, f"L{s.highest_allowed}", str(s.runs), s.last_l5)
+        table.add_row(escape(s.model), top, f"L{s.highest_allowed}", str(s.runs), escape(s.last_l5))
     console.print(table)
     if model is not None:
-        detail = Table(title=f"{model}, rung by rung")
+        detail = Table(title=escape(f"{model}, rung by rung"))
         for column in ("rung", "", "runs", "latest (newest first)", "last run by", "gate"):
             detail.add_column(column)
         for rung, title in enumerate(RUNG_NAMES):
@@ -170,14 +174,14 @@ def ladder(
                 f"L{rung}",
                 title,
                 str(len(mine)),
-                latest,
-                mine[-1].run_by if mine else "-",
+                escape(latest),
+                escape(mine[-1].run_by) if mine else "-",
                 "[green]open[/]" if g.allowed else "[red]closed[/]",
             )
         console.print(detail)
     for s in rows:
         for warning in s.warnings:
-            console.print(f"[yellow]warning[/] {s.model}: {warning}", highlight=False)
+            console.print(f"[yellow]warning[/] {escape(f'{s.model}: {warning}')}", highlight=False)
 
 
 def ladder_gate(
@@ -211,15 +215,18 @@ def ladder_gate(
                     override_reason=override_reason,
                 )
     except FiredrillError as exc:
-        out.print(f"[bold red]error:[/] {exc}")
+        out.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return False
     verdict = answer.gate
     for warning in answer.warnings:
-        out.print(f"[yellow]warning[/] {warning}", highlight=False)
+        out.print(f"[yellow]warning[/] {escape(str(warning))}", highlight=False)
     if not verdict.allowed:
-        out.print(f"[bold red]ladder:[/] {verdict.reason} (override with a recorded reason)")
+        out.print(
+            f"[bold red]ladder:[/] {escape(verdict.reason)} (override with a recorded reason)",
+            highlight=False,
+        )
     elif verdict.overridden:
-        out.print(f"[yellow]ladder override[/] {verdict.reason}", highlight=False)
+        out.print(f"[yellow]ladder override[/] {escape(verdict.reason)}", highlight=False)
     return verdict.allowed
 
 
@@ -259,9 +266,12 @@ def persist_run(
                     override_reason=override_reason,
                 )
     except (FiredrillError, KeyError) as exc:
-        out.print(f"[bold red]error:[/] cannot store the drill result: {exc}")
+        out.print(
+            f"[bold red]error:[/] cannot store the drill result: {escape(str(exc))}",
+            highlight=False,
+        )
         return False
-    out.print(f"stored drill result {row.id} ({answer.gate.reason})", highlight=False)
+    out.print(f"stored drill result {row.id} ({answer.gate.reason})", highlight=False, markup=False)
     return True
 
 

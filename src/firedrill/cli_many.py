@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -78,7 +79,8 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
     rate = summary["pass_rate"]
     colour = "green" if v["passed"] == summary["runs"] else "bold red"
     console.print(
-        f"[{colour}]pass rate {rate:.1%}[/] over {summary['runs']} runs of {summary['drill']} "
+        f"[{colour}]pass rate {rate:.1%}[/] over {summary['runs']} runs of "
+        f"{escape(str(summary['drill']))} "
         f"(seed {summary['seed']}): {v['passed']} passed, {v['failed']} failed, "
         f"{v['aborted']} aborted" + (f", {v['refused']} refused" if v["refused"] else ""),
         highlight=False,
@@ -106,7 +108,7 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
     if fired:
         console.print(
             "stop conditions fired: "
-            + ", ".join(f"{s['name']} in {s['fired']} runs" for s in fired),
+            + escape(", ".join(f"{s['name']} in {s['fired']} runs" for s in fired)),
             highlight=False,
         )
     bad = summary["not_passed"]
@@ -116,7 +118,10 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
             t.add_column(col)
         for r in bad[:SHOWN_NOT_PASSED]:
             t.add_row(
-                str(r["index"]), r["verdict"], r["reason"][:80], rerun_command(spec_path, r["seed"])
+                str(r["index"]),
+                escape(str(r["verdict"])),
+                escape(str(r["reason"])[:80]),
+                escape(rerun_command(spec_path, r["seed"])),
             )
         console.print(t)
         if len(bad) > SHOWN_NOT_PASSED:
@@ -220,7 +225,7 @@ def run_sweep(
             return EXIT_CANCELLED
         except FiredrillError as exc:
             progress.stop()
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             return EXIT_SPEC
     wall = time.perf_counter() - wall0
     summary["spec_path"] = str(loaded.path)
@@ -232,6 +237,6 @@ def run_sweep(
     if not quiet:
         _print_summary(summary, str(loaded.path))
         for path in written:
-            console.print(f"wrote [bold]{path}[/]")
+            console.print(f"wrote [bold]{escape(str(path))}[/]")
         console.print(f"{runs} runs in {wall:.1f} s wall ({runs / wall:.2f} runs/s; {how})")
     return 0 if summary["pass_rate"] >= min_pass_rate else EXIT_FAILED

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from firedrill.errors import FiredrillError, SpecError
 
@@ -42,33 +43,38 @@ def export_evidence(
     try:
         spec, fleet, slo, policy = load_scenario(scenario)
     except SpecError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_INPUT) from exc
     if incident is not None:  # refused before anything runs
         d = out / incident
         if d.exists() and (not d.is_dir() or any(d.iterdir())):
-            err.print(f"[bold red]error:[/] {d} already holds files: evidence is written once")
+            err.print(
+                f"[bold red]error:[/] {escape(str(d))} already holds files: "
+                "evidence is written once"
+            )
             raise typer.Exit(EXIT_INPUT)
     # incidents need a responder's book; without a policy, one in advise mode keeps it
     run = run_scenario(spec, fleet, slo, policy, mode="advise" if spec.responder is None else None)
     bundles = [b for b in evidence_bundles(run) if incident is None or b.incident == incident]
     if not bundles:
         what = f"incident {incident}" if incident else "security incident"
-        err.print(f"[bold red]error:[/] the run of {spec.name} opened no {what}")
+        err.print(f"[bold red]error:[/] the run of {spec.name} opened no {escape(what)}")
         raise typer.Exit(EXIT_INPUT)
     for b in bundles:
         directory = out / b.incident
         try:
             write_bundle(b, directory)
         except FiredrillError as exc:
-            err.print(f"[bold red]error:[/] {exc}")
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(EXIT_INPUT) from exc
         if not quiet:
             counts = ", ".join(f"{f.name} {f.records}" for f in b.files if f.name.endswith("l"))
             state = "complete" if b.complete else "INCOMPLETE (the audit log rolled over)"
             console.print(
                 f"{b.incident} ({b.tenant}, {b.start_s:.0f}-{b.end_s:.0f} s, {state}) -> "
-                f"{directory}: {counts}"
+                f"{directory}: {counts}",
+                markup=False,
+                highlight=False,
             )
 
 
@@ -79,18 +85,20 @@ def verify_evidence(
     from firedrill.adapters.evidence import verify_dir
 
     if not directory.is_dir():
-        err.print(f"[bold red]error:[/] {directory} is not a directory")
+        err.print(f"[bold red]error:[/] {escape(str(directory))} is not a directory")
         raise typer.Exit(EXIT_INPUT)
     try:
         problems = verify_dir(directory)
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_INPUT) from exc
     if problems:
         for p in problems:
-            err.print(f"[bold red]BAD[/] {p}")
+            err.print(f"[bold red]BAD[/] {escape(str(p))}", highlight=False)
         raise typer.Exit(EXIT_FAILED)
-    console.print(f"[green]ok[/] evidence in {directory} verifies against its manifest")
+    console.print(
+        f"[green]ok[/] evidence in {escape(str(directory))} verifies against its manifest"
+    )
 
 
 def register(export_app: typer.Typer, audit_app: typer.Typer) -> None:
