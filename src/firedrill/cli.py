@@ -57,6 +57,7 @@ console = Console()
 err = Console(stderr=True)
 
 EXIT_SPEC = 4
+SEED_MAX = 2**63 - 1  # seeds are non-negative (NumPy's generators refuse negative ones)
 DEFAULT_DB = "sqlite:///firedrill.db"  # the store: a SQLite file here, or postgresql://...
 
 
@@ -146,7 +147,9 @@ def _parse_window(window: str | None, hours: float) -> tuple[float, float]:
 def twin_run(
     fleet: Annotated[Path, typer.Argument(help="Fleet spec (YAML).")],
     hours: Annotated[float, typer.Option(min=0.001, max=24 * 14, help="Simulated hours.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed: same spec + seed, same result.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=SEED_MAX, help="Seed: same spec + seed, same result.")
+    ] = 0,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("out/twin"),
     series: Annotated[
         SeriesFormat, typer.Option(help="Series export written to OUT (none to skip).")
@@ -304,7 +307,7 @@ def twin_serve(
     speed: Annotated[
         float, typer.Option(min=0.1, max=10_000, help="Simulated s per wall s.")
     ] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed.")] = 0,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 9400,
     hours: Annotated[
@@ -467,7 +470,9 @@ def rules_check(
 def alerting_compare(
     slo: Annotated[Path, typer.Argument(help="SLO spec (YAML).")],
     fleet: Annotated[Path, typer.Option(help="Fleet spec.")] = Path("examples/fleet.yaml"),
-    seed: Annotated[int, typer.Option(help="Seed for the incident plan and the twin.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=SEED_MAX, help="Seed for the incident plan and the twin.")
+    ] = 0,
     objective: Annotated[
         str | None, typer.Option(help="Availability objective (default: the first).")
     ] = None,

@@ -237,7 +237,9 @@ def plan(drill: DrillArg) -> None:
 @gameday_app.command("run")
 def run(
     drill: DrillArg,
-    seed: Annotated[int | None, typer.Option(help="Seed (default: the drill's).")] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=2**63 - 1, help="Seed (default: the drill's).")
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result JSON.")] = None,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="Write a Markdown report.")

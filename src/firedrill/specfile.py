@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import math
 import os
 import re
 import stat
@@ -53,6 +54,7 @@ _MAX_INPUT_CHARS = 40
 MAX_SPEC_BYTES = 256 * 1024  # 12x the largest example (the 10,000-node fleet, 21 KB)
 MAX_DEPTH = 64  # nesting levels of mappings and sequences; the examples use at most 8
 MAX_NODES = 200_000  # nodes once aliases are expanded
+MAX_NUMBER = 1e15  # magnitude of any number in a spec; the models bound most fields tighter
 
 
 def load_spec(path: str | Path, model: type[M]) -> M:
@@ -61,9 +63,11 @@ def load_spec(path: str | Path, model: type[M]) -> M:
     text = _read_text(Path(path), file)
     root, data = _parse(text, file)
     try:
-        return model.model_validate(data)
+        loaded = model.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(exc, root, file) from exc
+    _check_numbers(loaded, root, file)
+    return loaded
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
@@ -274,6 +278,53 @@ def _check_duplicate_keys(node: yaml.Node, path: _Loc, file: str, seen: set[int]
             _check_duplicate_keys(item, (*path, i), file, seen)
 
 
+# --- numbers every spec must hold to -------------------------------------------------------------
+
+
+def _check_numbers(model: BaseModel, root: yaml.Node | None, file: str, prefix: str = "") -> None:
+    """Every number in a validated spec is finite and within ``MAX_NUMBER``; else a `SpecError`.
+
+    Models bound the fields they know; this catches the rest (free-form ``args`` and
+    ``overrides``, a field without bounds, a string Pydantic coerced to ``inf``), so that no
+    value reaches a run that no run could use.
+    """
+    found: list[SpecError] = []
+    for loc, value in _numbers(model, ()):
+        if isinstance(value, float) and not math.isfinite(value):
+            reason = f"must be a finite number (got {value!r})"
+        elif abs(value) > MAX_NUMBER:
+            shown = f"{value:.3g}" if isinstance(value, float) else f"{len(str(abs(value)))} digits"
+            reason = f"must be within -{MAX_NUMBER:g}..{MAX_NUMBER:g} (got {shown})"
+        else:
+            continue
+        line, path = None, loc
+        if root is not None:
+            _, line, path = _locate(root, loc, missing=False)
+        field = _format_field(path)
+        if prefix:
+            field = f"{prefix}.{field}" if field else prefix
+        found.append(SpecError(reason, file=file, line=line, field=field))
+    if found:
+        first = found[0]
+        raise SpecError(first.reason, file=file, line=first.line, field=first.field, errors=found)
+
+
+def _numbers(value: object, loc: _Loc) -> Iterator[tuple[_Loc, int | float]]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        yield loc, value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _numbers(getattr(value, name), (*loc, name))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _numbers(item, (*loc, str(key)))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _numbers(item, (*loc, i))
+
+
 # --- from Pydantic's loc to a line ---------------------------------------------------------------
 
 
@@ -458,11 +509,13 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _override(model: M, overrides: dict[str, Any], file: str, field: str) -> M:
     try:
-        return type(model).model_validate(_deep_merge(model.model_dump(), overrides))
+        merged = type(model).model_validate(_deep_merge(model.model_dump(), overrides))
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
         raise SpecError(first["msg"], file=file, line=None, field=f"{field}.{loc}") from exc
+    _check_numbers(merged, None, file, prefix=field)
+    return merged
 
 
 def load_drill(path: str | Path) -> Any:
@@ -484,6 +537,7 @@ def load_drill(path: str | Path) -> Any:
         spec = DrillSpec.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(exc, root, file) from exc
+    _check_numbers(spec, root, file)
     base = path.parent
     fleet = load_fleet(base / spec.fleet)
     if spec.fleet_overrides:

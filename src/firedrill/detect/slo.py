@@ -17,7 +17,7 @@ from firedrill.detect.disagg import PdImbalanceAlerting
 from firedrill.detect.quality import QualityAlerting
 from firedrill.model.spec import NAME_RE, VLLM_TTFT_BUCKETS_S
 
-Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w)$")]
+Duration = Annotated[str, Field(pattern=r"^[0-9]{1,9}(ms|s|m|h|d|w)$")]  # 9 digits at most
 _UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 

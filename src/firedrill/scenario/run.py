@@ -30,7 +30,7 @@ from firedrill.remediate.training import StallDetector, run_hang_runbook
 from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
 from firedrill.scenario.chains import Chain, trace_chains
 from firedrill.scenario.command import symptom_kind
-from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
+from firedrill.scenario.spec import ScenarioSpec, TimelineEntry
 from firedrill.twin.engine import Twin
 
 ProgressFn = Callable[[float], None]
@@ -55,22 +55,15 @@ class ScenarioRun:
 
 def expand(entry: TimelineEntry, twin: Twin) -> list[ops.Operation]:
     """The operations one timeline entry stands for (a cell expands over its nodes)."""
-    cls = OPERATIONS[entry.op]
     if entry.cell is None:
-        one: ops.Operation = cls(**_coerce(entry.args))
-        return [one]
+        return [entry.operation()]
     nodes = [
         v.name
         for v in twin.node_views(cell=entry.cell)
         if entry.pool is None or v.pool == entry.pool
     ]
     count = max(1, round(len(nodes) * entry.share))
-    many: list[ops.Operation] = [cls(node=n, **_coerce(entry.args)) for n in nodes[:count]]
-    return many
-
-
-def _coerce(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
+    return [entry.operation(node=n) for n in nodes[:count]]
 
 
 def run_scenario(
