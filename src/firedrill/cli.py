@@ -7,6 +7,7 @@ stop condition; 4 a spec or other input error (a clear message, nothing run).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
@@ -678,23 +679,90 @@ def audit_verify(
     db: Annotated[
         str, typer.Option("--db", help="Store URL: sqlite:///FILE or postgresql://USER@HOST/DB.")
     ] = DEFAULT_DB,
+    expect_head: Annotated[
+        str | None,
+        typer.Option(
+            "--expect-head",
+            help="The head hash 'audit head' printed earlier (kept outside the database): "
+            "that record must still be in the log.",
+        ),
+    ] = None,
+    expect_count: Annotated[
+        int | None,
+        typer.Option(
+            "--expect-count",
+            min=0,
+            help="How many records the log held when 'audit head' was run: it holds at least "
+            "as many now.",
+        ),
+    ] = None,
 ) -> None:
-    """Check the audit log's hash chain; exit 1 at the first record that was tampered with."""
-    from firedrill.errors import StoreError
-    from firedrill.store import audit, open_store
+    """Check the audit log's hash chain; exit 1 at the first record that was tampered with.
 
+    Without an anchor (--expect-head, --expect-count) records removed from the end of the log,
+    or the whole log, cannot be told from a log that is shorter.
+    """
+    from firedrill.errors import StoreError
+    from firedrill.store import ChainHead, audit, open_store
+
+    if expect_head is not None and not _HASH_RE.fullmatch(expect_head.strip().lower()):
+        raise typer.BadParameter("a head hash is 64 hex digits", param_hint="--expect-head")
+    anchor = None
+    if expect_head is not None:  # with the count too, the head must be exactly that record
+        anchor = ChainHead(seq=expect_count or 0, hash=expect_head.strip().lower())
     try:
         with open_store(db, read_only=True) as store, store.session() as session:
-            result = audit.verify(session)
+            result = audit.verify(session, anchor=anchor, expect_count=expect_count)
     except StoreError as exc:
         raise _fail(exc) from exc
     if not result.ok:
         err.print(
             f"[bold red]TAMPERED[/] audit log of {result.records} records: "
-            f"first bad record is seq {result.first_bad_seq}: {escape(str(result.problem))}"
+            f"first bad record is seq {result.first_bad_seq}: {escape(str(result.problem))}",
+            highlight=False,
         )
         raise typer.Exit(1)
-    console.print(f"[green]ok[/] audit log intact: {result.records} records")
+    if anchor is None and expect_count is None:
+        console.print(
+            f"[green]ok[/] audit log consistent: {result.records} records; [yellow]unanchored[/]: "
+            "records removed from its end would not show (keep 'firedrill audit head' outside "
+            "the database and pass --expect-head/--expect-count)",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"[green]ok[/] audit log intact: {result.records} records, anchor held", highlight=False
+    )
+
+
+_HASH_RE = re.compile(r"[0-9a-f]{64}")
+
+
+@audit_app.command("head")
+def audit_head(
+    db: Annotated[
+        str, typer.Option("--db", help="Store URL: sqlite:///FILE or postgresql://USER@HOST/DB.")
+    ] = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {seq, hash} as JSON.")] = False,
+) -> None:
+    """Print the audit log's anchor (record count and head hash) to keep outside the database.
+
+    Pass it back later as `audit verify --expect-count SEQ --expect-head HASH`: records removed
+    from the end of the log, or the whole log, then show as tampering.
+    """
+    from firedrill.errors import StoreError
+    from firedrill.store import audit, open_store
+
+    try:
+        with open_store(db, read_only=True) as store, store.session() as session:
+            head = audit.head(session)
+    except StoreError as exc:
+        raise _fail(exc) from exc
+    seq, digest = (0, audit.GENESIS) if head is None else (head.seq, head.hash)
+    if as_json:
+        sys.stdout.write(json.dumps({"seq": seq, "hash": digest}) + "\n")
+    else:
+        sys.stdout.write(f"--expect-count {seq} --expect-head {digest}\n")
 
 
 def main() -> None:
