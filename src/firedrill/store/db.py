@@ -20,10 +20,18 @@ log without waiting for the disk (a power cut may lose the last commits, never c
 and readers such as ``audit verify`` do not block the writer. That makes a transaction per alert
 affordable (see BENCHMARKS.md). WAL needs a local file system; the ``-wal`` and ``-shm`` files
 next to the database belong to it.
+
+Read-only commands open SQLite with ``mode=ro`` and never migrate. Even so, a reader of a WAL
+database has to create the ``-shm`` file next to it; on a read-only file system (a mounted
+snapshot, evidence copied onto read-only media) it cannot. When the directory is not writable
+and no ``-shm`` exists, the store is opened ``immutable``: SQLite then reads the database file
+alone, which holds every commit unless a ``-wal`` file with content sits next to it (a writer
+that did not close cleanly); that case is refused with a message rather than read incompletely.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -210,7 +218,7 @@ def open_store(url: str = DEFAULT_URL, *, read_only: bool = False) -> Store:
                 raise StoreError(f"no store at {database or 'memory'}: nothing was written there")
             # SQLite opens a URI filename with mode=ro read-only
             parsed = parsed.set(
-                database=Path(database).absolute().as_uri(), query={"mode": "ro", "uri": "true"}
+                database=Path(database).absolute().as_uri(), query=_read_only_query(Path(database))
             )
     else:
         connect_args = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
@@ -224,6 +232,22 @@ def open_store(url: str = DEFAULT_URL, *, read_only: bool = False) -> Store:
         _sqlite_transactions(engine, read_only=read_only)
     sessions = sessionmaker(engine, expire_on_commit=False)
     return Store(url=parsed, engine=engine, sessions=sessions, name=name)
+
+
+def _read_only_query(database: Path) -> dict[str, str]:
+    """URI parameters that open a SQLite file read-only, also where nothing can be written."""
+    query = {"mode": "ro", "uri": "true"}
+    shm = database.with_name(database.name + "-shm")
+    if os.access(database.parent, os.W_OK) or shm.exists():
+        return query  # the -shm file exists or can be created: an ordinary read-only reader
+    wal = database.with_name(database.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StoreError(
+            f"cannot read {database} here: its write-ahead log ({wal.name}) holds commits not "
+            "yet in the database file, and its directory is read-only; open it once where it "
+            "is writable (any firedrill command that reads it) or copy the three files"
+        )
+    return {**query, "immutable": "1"}  # nothing can change it from here: read the file alone
 
 
 def _sqlite_transactions(engine: Engine, *, read_only: bool) -> None:
