@@ -54,6 +54,9 @@ DEFAULT_URL = "sqlite:///firedrill.db"
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another SQLite writer to finish
 PG_CONNECT_TIMEOUT_S = 10
+# The advisory lock every migration of a PostgreSQL store holds: an arbitrary 64-bit key that
+# no other firedrill lock uses.
+MIGRATION_LOCK_KEY = 0x1E5C0DE_F12ED211
 
 
 def parse_url(url: str) -> URL:
@@ -167,10 +170,22 @@ class Store:
             session.close()
 
     def migrate(self, revision: str = "head") -> None:
-        """Bring the schema up to ``revision`` (the latest by default); a no-op when it is there."""
+        """Bring the schema up to ``revision`` (the latest by default); a no-op when it is there.
+
+        Migrations of one store take turns: several processes started together on a fresh
+        database (three ``respond --db`` at once) would otherwise all create the same tables and
+        all but one fail on a duplicate key. On PostgreSQL a transaction-scoped advisory lock is
+        taken before Alembic reads the schema's revision, so the next migrator waits, then finds
+        the schema at head and does nothing. On SQLite the transaction starts with ``BEGIN
+        IMMEDIATE``, which takes the database's write lock up front to the same effect.
+        """
         cfg = alembic_config(self.url)
         try:
             with self.engine.begin() as connection:
+                if self.dialect == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+                    )
                 cfg.attributes["connection"] = connection
                 command.upgrade(cfg, revision)
         except (SQLAlchemyError, CommandError) as exc:
