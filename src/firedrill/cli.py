@@ -95,6 +95,29 @@ def _fail(exc: FiredrillError) -> typer.Exit:
     return typer.Exit(EXIT_SPEC)
 
 
+def _check_outputs(
+    *files: tuple[Path | None, str], directory: tuple[Path | None, str] = (None, "")
+) -> None:
+    """Refuse, before anything runs, outputs that could not be written at the end (exit 4)."""
+    from firedrill.adapters import outputs
+
+    try:
+        outputs.check_directory(*directory)
+        for path, option in files:
+            outputs.check_file(path, option)
+    except FiredrillError as exc:
+        raise _fail(exc) from exc
+
+
+def _write_output(path: Path, text: str) -> None:
+    from firedrill.adapters import outputs
+
+    try:
+        outputs.write(path, text)
+    except FiredrillError as exc:
+        raise _fail(exc) from exc
+
+
 def _load_fleet(path: Path) -> tuple[FleetSpec, str]:
     from firedrill.specfile import load_fleet, spec_sha256
 
@@ -170,6 +193,7 @@ def twin_run(
     from firedrill.twin.run import run_twin, summarize
 
     spec, digest = _load_fleet(fleet)
+    _check_outputs(directory=(out, "--out"))
     slo_spec = _load_slo(slo) if slo is not None else None
     if slo_spec is not None and series is SeriesFormat.none:
         raise typer.BadParameter("--slo needs the series: drop --series none")
@@ -416,6 +440,7 @@ def rules_generate(
     from firedrill.detect.rules import generate
 
     spec = _load_slo(slo)
+    _check_outputs(directory=(out, "--out"))
     ruleset = generate(spec)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -493,6 +518,8 @@ def alerting_compare(
 
     spec, _ = _load_fleet(fleet)
     slo_spec = _load_slo(slo)
+    _check_outputs((json_out, "--json"), (html_out, "--html"))
+    quiet = quiet or any(str(p) == "-" for p in (json_out, html_out) if p is not None)
     try:
         obj = availability_objective(slo_spec, objective)
         cell = first_cell_serving(spec, obj.model)
@@ -507,11 +534,9 @@ def alerting_compare(
         )
     data = result.to_json()
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        _write_output(json_out, json.dumps(data, indent=2, sort_keys=True) + "\n")
     if html_out is not None:
-        html_out.parent.mkdir(parents=True, exist_ok=True)
-        html_out.write_text(render_html(result))
+        _write_output(html_out, render_html(result))
     if not quiet:
         console.print(render_table(result))
 
@@ -551,6 +576,8 @@ def respond(
         digest = spec_sha256(scenario)
     except SpecError as exc:
         raise _fail(exc) from exc
+    _check_outputs((json_out, "--json"))  # before the run, like the store
+    quiet = quiet or (json_out is not None and str(json_out) == "-")
     store = _open_incident_store(db)  # before the run: a bad store is refused, nothing run
     with _progress("respond", quiet=quiet) as progress:
         task = progress.add_task(spec.name, total=spec.duration_s)
@@ -565,8 +592,7 @@ def respond(
     checks = evaluate(run, list(spec.expect))
     data = to_json(run, checks, spec_sha256=digest)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        _write_output(json_out, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     if not quiet:
         _print_scenario(data)
     if store is not None:  # on the run's UTC clock: its fleet's day starts at start_hour_utc
@@ -663,6 +689,7 @@ def export_nhc(
         spec = load_spec(policy, PolicySpec)
     except SpecError as exc:
         raise _fail(exc) from exc
+    _check_outputs((out, "--out"))
     text = yaml.safe_dump(node_health_check(spec, name=name, cell=cell), sort_keys=False)
     header = "# Enforced by firedrill, not expressible in NodeHealthCheck:\n" + "".join(
         f"#   - {x}\n" for x in NOT_EXPRESSIBLE
@@ -670,7 +697,7 @@ def export_nhc(
     if out is None:
         sys.stdout.write(header + text)
     else:
-        out.write_text(header + text)
+        _write_output(out, header + text)
         err.print(f"wrote {escape(str(out))}", highlight=False)
 
 

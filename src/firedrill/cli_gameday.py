@@ -91,6 +91,24 @@ def _persist(
     )  # fmt: skip
 
 
+def _check_outputs(
+    *, json_out: Path | None, markdown: Path | None, html: Path | None, out: Path | None
+) -> None:
+    """Refuse, before anything runs, outputs that could not be written at the end (exit 4)."""
+    from firedrill.adapters import outputs as files
+
+    try:
+        files.check_directory(out, "--out")
+        for path, option in ((json_out, "--json"), (markdown, "--markdown"), (html, "--html")):
+            files.check_file(path, option)
+        given = [str(p) for p in (json_out, markdown, html) if p is not None]
+        if given.count("-") > 1:
+            raise FiredrillError("only one output can go to stdout ('-')")
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))} (nothing was run)", highlight=False)
+        raise typer.Exit(EXIT_SPEC) from exc
+
+
 def _write_reports(
     report: dict[str, Any], *, json_out: Path | None, md_out: Path | None, html_out: Path | None
 ) -> list[Path]:
@@ -291,6 +309,12 @@ def run(
     from firedrill.drill.run import Jitter, SteadyStateError, run_drill
 
     loaded = _load(drill)
+    if out is not None and runs == 1:  # a sweep names its own files in OUT (summary.*)
+        json_out = json_out or out / "result.json"
+        markdown = markdown or out / "report.md"
+        html = html or out / "report.html"
+    _check_outputs(json_out=json_out, markdown=markdown, html=html, out=out)
+    quiet = quiet or any(str(p) == "-" for p in (json_out, markdown, html) if p is not None)
     spec = loaded.spec
     if run_by is not None:
         spec = spec.model_copy(update={"run_by": run_by})
@@ -373,11 +397,11 @@ def run(
     wall = time.perf_counter() - wall0
     report = result.report
     report["spec_path"] = str(drill)
-    if out is not None:
-        json_out = json_out or out / "result.json"
-        markdown = markdown or out / "report.md"
-        html = html or out / "report.html"
-    written = _write_reports(report, json_out=json_out, md_out=markdown, html_out=html)
+    try:
+        written = _write_reports(report, json_out=json_out, md_out=markdown, html_out=html)
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_SPEC) from exc
     if db is not None:
         _persist(db, report, spec, who, started, override_reason)
     if not quiet:

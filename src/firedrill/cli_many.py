@@ -133,13 +133,15 @@ def write_outputs(
     outputs: Sequence[tuple[Path | None, Callable[[dict[str, Any]], str]]],
 ) -> list[Path]:
     """Write ``data`` through each (path, renderer) whose path is given; the paths written."""
+    from firedrill.adapters import outputs as files
+
     written: list[Path] = []
     for path, render in outputs:
         if path is None:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(data))
-        written.append(path)
+        files.write(path, render(data))  # "-": stdout
+        if not files.is_stdout(path):
+            written.append(path)
     return written
 
 
@@ -233,7 +235,11 @@ def run_sweep(
         json_out = json_out or out / "summary.json"
         md_out = md_out or out / "summary.md"
         html_out = html_out or out / "summary.html"
-    written = _write(summary, json_out=json_out, md_out=md_out, html_out=html_out)
+    try:
+        written = _write(summary, json_out=json_out, md_out=md_out, html_out=html_out)
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return EXIT_SPEC
     if not quiet:
         _print_summary(summary, str(loaded.path))
         for path in written:

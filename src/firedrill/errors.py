@@ -7,7 +7,8 @@
     ├── ExportError            a window or series selection cannot be exported
     ├── StoreError             the store refused a read or write, or cannot be reached
     ├── JournalError           a drill journal cannot be written, or a journal file is corrupt
-    └── RemoteWorldError       a remote twin refused a request or cannot be reached
+    ├── RemoteWorldError       a remote twin refused a request or cannot be reached
+    └── OutputError            an output file or directory cannot be written
 
 Adapters map third-party exceptions onto these and chain them with ``from exc``.
 """
@@ -85,3 +86,7 @@ class RemoteWorldError(FiredrillError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         self.status = status
         super().__init__(message)
+
+
+class OutputError(FiredrillError):
+    """An output path (``--json``, ``--out``, ...) cannot be written; checked before a run."""
