@@ -236,6 +236,7 @@ class _Baseline:
     def __init__(self, twin: Twin) -> None:
         self.static = _static_state(twin)
         self.touched: dict[Key, Value] = {}
+        self.nodes = frozenset(n.name for n in twin.nodes)
 
     def before_apply(self, twin: Twin, op: ops.Operation) -> None:
         for key in _touched_keys(op):
@@ -248,12 +249,29 @@ class _Baseline:
             Injected(kind, target, self.static.get((kind, target)), now.get((kind, target)))
             for kind, target in self.static.keys() | now.keys()
             if not _same(self.static.get((kind, target)), now.get((kind, target)))
+            and not self._joined_as_built(twin, kind, target, now.get((kind, target)))
         ]
         for key, before in self.touched.items():
             current = _read_touched(twin, key)
             if not _same(current, before):
                 out.append(Injected(key[0], key[1], before, current))
         return sorted(out, key=lambda i: (i.kind, i.target))
+
+    def _joined_as_built(self, twin: Twin, kind: str, target: str, now: Value) -> bool:
+        """A node the autoscaler added since the baseline, with the versions a joining node gets.
+
+        The twin builds a scaled-out node from the first node of its cell, so its versions are
+        that node's: not something an operation left behind. A version that differs from it
+        still shows (and a change to the first node shows on that node).
+        """
+        if kind != "version":
+            return False
+        node, _, component = target.partition(" ")
+        if node in self.nodes or node not in twin.node_index:
+            return False
+        members = twin.cell_nodes[twin.nodes[twin.node_index[node]].cell]
+        prototype = twin.nodes[members[0]] if members else None
+        return prototype is not None and prototype.versions.get(component) == now
 
 
 def _same(a: Value, b: Value) -> bool:
