@@ -227,7 +227,9 @@ def _signature(kind: str, exc: BaseException) -> str:
     return f"{kind:8} {type(exc).__name__:18} {where}"
 
 
-def run(mutants: int, seed: int) -> tuple[Counter[str], dict[str, Crash], int]:
+def run(
+    mutants: int, seed: int, report_every: int = 0
+) -> tuple[Counter[str], dict[str, Crash], int]:
     from firedrill.errors import FiredrillError
 
     rng = random.Random(seed)
@@ -263,6 +265,13 @@ def run(mutants: int, seed: int) -> tuple[Counter[str], dict[str, Crash], int]:
             finally:
                 signal.alarm(0)
                 path.write_text(originals[path])
+            if report_every and (i + 1) % report_every == 0:  # partial counts survive a kill
+                print(
+                    f"after {i + 1} mutants: {outcomes['crashed']} crashed, "
+                    f"{outcomes['refused']} refused, {outcomes['ran']} ran",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return outcomes, crashes, len(files)
 
 
@@ -279,9 +288,10 @@ def main() -> int:
     ap.add_argument("--mutants", type=int, default=14_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=50, help="crash signatures to list")
+    ap.add_argument("--report-every", type=int, default=0, help="print running counts (stderr)")
     args = ap.parse_args()
     wall0 = time.perf_counter()
-    outcomes, crashes, n_files = run(args.mutants, args.seed)
+    outcomes, crashes, n_files = run(args.mutants, args.seed, args.report_every)
     wall = time.perf_counter() - wall0
     for sig, crash in sorted(crashes.items(), key=lambda kv: -kv[1].count)[: args.show]:
         print(f"{crash.count:6d}  {sig}\n        e.g. {crash.example}")
