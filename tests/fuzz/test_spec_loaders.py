@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firedrill.errors import FiredrillError
@@ -121,12 +121,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-@FUZZ
+@settings(FUZZ, max_examples=FUZZ.max_examples * 3)
 @given(data=st.data())
-def test_a_mutated_example_is_refused_or_used(
-    workdir: Path, name: str, data: st.DataObject
-) -> None:
+def test_a_mutated_example_is_refused_or_used(workdir: Path, data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(sorted(SPECS)), label="spec")
     path = workdir / name
     original = (EXAMPLES / name).read_text()
     tree = yaml.safe_load(original)
