@@ -62,8 +62,8 @@ def load_spec(path: str | Path, model: type[M]) -> M:
     file = str(path)
     text = _read_text(Path(path), file)
     root, data = _parse(text, file)
-    try:
-        loaded = model.model_validate(data)
+    try:  # the context tells validators the data came from a file (see scenario.spec)
+        loaded = model.model_validate(data, context={"file": file})
     except ValidationError as exc:
         raise _validation_error(exc, root, file) from exc
     _check_numbers(loaded, root, file)
@@ -534,7 +534,7 @@ def load_drill(path: str | Path) -> Any:
     file = str(path)
     root, data = _parse(_read_text(path, file), file)
     try:
-        spec = DrillSpec.model_validate(data)
+        spec = DrillSpec.model_validate(data, context={"file": file})
     except ValidationError as exc:
         raise _validation_error(exc, root, file) from exc
     _check_numbers(spec, root, file)

@@ -13,7 +13,14 @@ import dataclasses
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from firedrill.detect.slo import duration_s
 from firedrill.drill.wire import WireError, from_wire
@@ -56,7 +63,7 @@ class TimelineEntry(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _args_fit(self) -> TimelineEntry:
+    def _args_fit(self, info: ValidationInfo) -> TimelineEntry:
         fields = {f.name for f in dataclasses.fields(OPERATIONS[self.op])}
         unknown = set(self.args) - fields
         if unknown:
@@ -65,8 +72,11 @@ class TimelineEntry(_Strict):
             )
         if self.cell is not None and "node" not in fields:
             raise ValueError(f"'cell' expands node operations only; {self.op} has no 'node'")
-        # typed and bounded now, so a wrong type or a NaN is refused at load, not mid-run
-        self.operation(node=_EXPANDED_NODE if self.cell is not None else None)
+        # A spec read from a file (``specfile`` passes a context) is typed and bounded now, so a
+        # wrong type or a NaN is refused at load, not mid-run; an entry built in code to label an
+        # operation it already holds (a drill's chain report) has no args to check.
+        if info.context is not None:
+            self.operation(node=_EXPANDED_NODE if self.cell is not None else None)
         return self
 
     def operation(self, node: str | None = None) -> ops.Operation:
