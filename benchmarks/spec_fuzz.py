@@ -228,7 +228,7 @@ def _signature(kind: str, exc: BaseException) -> str:
 
 
 def run(
-    mutants: int, seed: int, report_every: int = 0
+    mutants: int, seed: int, report_every: int = 0, skip: int = 0
 ) -> tuple[Counter[str], dict[str, Crash], int]:
     from firedrill.errors import FiredrillError
 
@@ -246,6 +246,8 @@ def run(
             path = files[i % len(files)]
             kind = _kind(path.relative_to(work))
             data, what = mutate(rng, _copy(parsed[path]))
+            if i < skip:  # the same sequence of mutants, the first ones not used (to resume)
+                continue
             try:
                 path.write_text(yaml.safe_dump(data, sort_keys=False))
             except (yaml.YAMLError, RecursionError):
@@ -289,9 +291,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=50, help="crash signatures to list")
     ap.add_argument("--report-every", type=int, default=0, help="print running counts (stderr)")
+    ap.add_argument("--skip", type=int, default=0, help="generate but do not use the first N")
     args = ap.parse_args()
     wall0 = time.perf_counter()
-    outcomes, crashes, n_files = run(args.mutants, args.seed, args.report_every)
+    outcomes, crashes, n_files = run(args.mutants, args.seed, args.report_every, args.skip)
     wall = time.perf_counter() - wall0
     for sig, crash in sorted(crashes.items(), key=lambda kv: -kv[1].count)[: args.show]:
         print(f"{crash.count:6d}  {sig}\n        e.g. {crash.example}")

@@ -113,10 +113,15 @@ BAD_BODIES = {
         "not JSON",
     ),
     "nested 100,000 deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "a 400-digit float": (
+        '{"op": "InjectDcgmField", "args": {"node": "{node}", "gpu": 0, "field_id": 230,'
+        f' "value": {"9" * 400}}}}}',
+        "InjectDcgmField.value",
+    ),
 }
 
 
-NOT_JSON = {"a 5000-digit integer", "nested 100,000 deep"}
+NOT_JSON = {"a 5000-digit integer", "nested 100,000 deep", "a 400-digit float"}  # not decoded
 
 
 @pytest.mark.parametrize("case", sorted(BAD_BODIES))

@@ -107,6 +107,13 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "timeline[0].args",
         "InjectDcgmField.gpu: must be within 0..63",
     ),
+    "args: a 400-digit float": (
+        "scenarios/phantom-xid-canary.yaml",
+        ARGS,
+        f"args: {{node: gpu-use1-a-h100-serve-0003, gpu: 0, field_id: 230, value: {'9' * 400}}}",
+        "timeline[0].args",
+        "InjectDcgmField.value: a 1329-bit integer is too large",
+    ),
     "a 400-digit duration": (
         "scenarios/phantom-xid-canary.yaml",
         "  - at: 2m",
