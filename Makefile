@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test tools lint typecheck layers unit bench clean e2e-kind
+.PHONY: demo test tools lint typecheck layers unit bench fuzz clean e2e-kind
 
 # The real tools the tests check the generated config with (Debian/Ubuntu package names), the
 # PostgreSQL server the store tests start on loopback (its binaries are not on PATH), and the
@@ -70,6 +70,13 @@ bench: $(STAMP)
 ## not part of `make test`
 e2e-kind: $(STAMP)
 	PYTEST=$(BIN)/pytest deploy/e2e-kind.sh
+
+## fuzz: the property-based fuzz suite (tests/fuzz) with the long hypothesis profile (thousands
+## of examples per property; `make test` runs the same properties briefly), then a mutation fuzz
+## of 14,000 example specs that prints its crash counts (benchmarks/spec_fuzz.py)
+fuzz: $(STAMP)
+	FIREDRILL_FUZZ=long $(BIN)/pytest -q tests/fuzz
+	$(BIN)/python benchmarks/spec_fuzz.py --mutants 14000
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -9,6 +9,7 @@
     ├── JournalError           a drill journal cannot be written, or a journal file is corrupt
     ├── UnsafePathError        a file would be written through a link, or with loose modes
     ├── RemoteWorldError       a remote twin refused a request or cannot be reached
+    ├── OutputError            an output file or directory cannot be written
     └── SignalsError           Prometheus or Alertmanager refused a request or cannot be reached
         ├── SignalsUnavailable the server cannot be reached, timed out, or answered 5xx
         └── BadQueryError      the server refused the query or request itself (4xx, bad_data)
@@ -94,6 +95,10 @@ class RemoteWorldError(FiredrillError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         self.status = status
         super().__init__(message)
+
+
+class OutputError(FiredrillError):
+    """An output path (``--json``, ``--out``, ...) cannot be written; checked before a run."""
 
 
 class SignalsError(FiredrillError):

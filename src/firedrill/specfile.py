@@ -10,13 +10,24 @@ Errors raised by a model validator carry no `loc` beyond the model they sit on. 
 line is a best effort: the quoted names in the message (``product 'chat' serves unknown model
 'llm-x'``) are looked up in the node tree, and the rarest one found is taken as the culprit.
 
+Limits, because a spec may come from anyone who can open a pull request: a spec is a regular
+file (a FIFO would block the reader forever, ``/dev/zero`` would never end) of at most
+``MAX_SPEC_BYTES``, nested at most ``MAX_DEPTH`` deep (PyYAML composes recursively, so a
+20,000-deep flow list would be a ``RecursionError``), and its aliases expand to at most
+``MAX_NODES`` nodes (a "billion laughs" document is small on disk and enormous in memory). Each
+limit is a `SpecError` naming the file (and the line, where there is one).
+
 This is the only module that reads spec files; the model (`firedrill.model.spec`) stays pure.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import math
+import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,16 +51,23 @@ _QUOTED_RE = re.compile(r"'([^']+)'")
 _VALIDATOR_ERROR_TYPES = frozenset({"value_error", "assertion_error"})
 _MAX_INPUT_CHARS = 40
 
+MAX_SPEC_BYTES = 256 * 1024  # 12x the largest example (the 10,000-node fleet, 21 KB)
+MAX_DEPTH = 64  # nesting levels of mappings and sequences; the examples use at most 8
+MAX_NODES = 200_000  # nodes once aliases are expanded
+MAX_NUMBER = 1e15  # magnitude of any number in a spec; the models bound most fields tighter
+
 
 def load_spec(path: str | Path, model: type[M]) -> M:
     """Read, parse and validate one spec file; any problem becomes a `SpecError`."""
     file = str(path)
     text = _read_text(Path(path), file)
     root, data = _parse(text, file)
-    try:
-        return model.model_validate(data)
+    try:  # the context tells validators the data came from a file (see scenario.spec)
+        loaded = model.model_validate(data, context={"file": file})
     except ValidationError as exc:
         raise _validation_error(exc, root, file) from exc
+    _check_numbers(loaded, root, file)
+    return loaded
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
@@ -73,13 +91,57 @@ def json_schema(model: type[BaseModel], *, title: str | None = None) -> dict[str
 
 
 def _read_bytes(path: Path, file: str) -> bytes:
+    """The file's bytes: a regular file of at most ``MAX_SPEC_BYTES``, else a `SpecError`."""
     try:
-        return path.read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below anyway.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError as exc:
         raise SpecError("no such file", file=file, line=None, field=None) from exc
     except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise SpecError(f"cannot read: {reason}", file=file, line=None, field=None) from exc
+        raise SpecError(_cannot_read(exc), file=file, line=None, field=None) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            what = _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+            raise SpecError(
+                f"a spec must be a regular file, this is {what}", file=file, line=None, field=None
+            )
+        if info.st_size > MAX_SPEC_BYTES:
+            raise SpecError(_too_big(info.st_size), file=file, line=None, field=None)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SPEC_BYTES:  # the file may grow after fstat: read at most one more
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(_too_big(size), file=file, line=None, field=None)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise SpecError(_cannot_read(exc), file=file, line=None, field=None) from exc
+    finally:
+        os.close(fd)
+
+
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _cannot_read(exc: OSError) -> str:
+    if exc.errno == errno.EISDIR:
+        return "a spec must be a regular file, this is a directory"
+    return f"cannot read: {exc.strerror or type(exc).__name__}"
+
+
+def _too_big(size: int) -> str:
+    return f"a spec is at most {MAX_SPEC_BYTES // 1024} KiB, this file has {size:,} bytes or more"
 
 
 def _read_text(path: Path, file: str) -> str:
@@ -94,11 +156,12 @@ def _read_text(path: Path, file: str) -> str:
 def _parse(text: str, file: str) -> tuple[yaml.Node, Any]:
     """Compose the node tree, reject duplicate keys, then construct plain data from the tree."""
     try:
-        loader = yaml.SafeLoader(text)  # checks for unprintable characters already
+        loader = _BoundedLoader(text, file)  # checks for unprintable characters already
         try:
             root = loader.get_single_node()
             if root is None:
                 raise SpecError("the file holds no document", file=file, line=None, field=None)
+            _check_expanded_size(root, file)
             _check_duplicate_keys(root, (), file, set())
             return root, loader.construct_document(root)
         finally:
@@ -114,6 +177,65 @@ def _parse(text: str, file: str) -> tuple[yaml.Node, Any]:
         raise SpecError(f"invalid YAML: {exc.reason}", file=file, line=line, field=None) from exc
     except yaml.YAMLError as exc:
         raise SpecError(f"invalid YAML: {exc}", file=file, line=None, field=None) from exc
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing documents nested deeper than ``MAX_DEPTH``.
+
+    The composer recurses once per level, so the depth is checked as each node is composed:
+    the refusal comes before Python's recursion limit, with the line where the limit is crossed.
+    """
+
+    def __init__(self, text: str, file: str) -> None:
+        super().__init__(text)
+        self._file = file
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise SpecError(
+                    f"nested more than {MAX_DEPTH} levels deep",
+                    file=self._file,
+                    line=None if mark is None else int(mark.line) + 1,
+                    field=None,
+                )
+            node: yaml.Node | None = super().compose_node(parent, index)
+            return node
+        finally:
+            self._depth -= 1
+
+
+def _check_expanded_size(root: yaml.Node, file: str) -> None:
+    """Refuse a document whose aliases expand past ``MAX_NODES`` (counted without expanding)."""
+    sizes: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack: list[yaml.Node] = [root]
+    seen: set[int] = set()
+    while stack:  # iterative post-order over the node graph (aliases share nodes)
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append(node)
+        stack.extend(_children(node))
+    for node in reversed(order):
+        total = 1 + sum(sizes.get(id(child), 1) for child in _children(node))
+        sizes[id(node)] = min(total, MAX_NODES + 1)
+    if sizes[id(root)] > MAX_NODES:
+        raise SpecError(
+            f"aliases expand to more than {MAX_NODES:,} values", file=file, line=None, field=None
+        )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _yaml_line(exc: yaml.MarkedYAMLError) -> int | None:
@@ -154,6 +276,53 @@ def _check_duplicate_keys(node: yaml.Node, path: _Loc, file: str, seen: set[int]
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _check_duplicate_keys(item, (*path, i), file, seen)
+
+
+# --- numbers every spec must hold to -------------------------------------------------------------
+
+
+def _check_numbers(model: BaseModel, root: yaml.Node | None, file: str, prefix: str = "") -> None:
+    """Every number in a validated spec is finite and within ``MAX_NUMBER``; else a `SpecError`.
+
+    Models bound the fields they know; this catches the rest (free-form ``args`` and
+    ``overrides``, a field without bounds, a string Pydantic coerced to ``inf``), so that no
+    value reaches a run that no run could use.
+    """
+    found: list[SpecError] = []
+    for loc, value in _numbers(model, ()):
+        if isinstance(value, float) and not math.isfinite(value):
+            reason = f"must be a finite number (got {value!r})"
+        elif abs(value) > MAX_NUMBER:
+            shown = f"{value:.3g}" if isinstance(value, float) else f"{len(str(abs(value)))} digits"
+            reason = f"must be within -{MAX_NUMBER:g}..{MAX_NUMBER:g} (got {shown})"
+        else:
+            continue
+        line, path = None, loc
+        if root is not None:
+            _, line, path = _locate(root, loc, missing=False)
+        field = _format_field(path)
+        if prefix:
+            field = f"{prefix}.{field}" if field else prefix
+        found.append(SpecError(reason, file=file, line=line, field=field))
+    if found:
+        first = found[0]
+        raise SpecError(first.reason, file=file, line=first.line, field=first.field, errors=found)
+
+
+def _numbers(value: object, loc: _Loc) -> Iterator[tuple[_Loc, int | float]]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        yield loc, value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _numbers(getattr(value, name), (*loc, name))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _numbers(item, (*loc, str(key)))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _numbers(item, (*loc, i))
 
 
 # --- from Pydantic's loc to a line ---------------------------------------------------------------
@@ -340,11 +509,13 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _override(model: M, overrides: dict[str, Any], file: str, field: str) -> M:
     try:
-        return type(model).model_validate(_deep_merge(model.model_dump(), overrides))
+        merged = type(model).model_validate(_deep_merge(model.model_dump(), overrides))
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
         raise SpecError(first["msg"], file=file, line=None, field=f"{field}.{loc}") from exc
+    _check_numbers(merged, None, file, prefix=field)
+    return merged
 
 
 def load_drill(path: str | Path) -> Any:
@@ -363,9 +534,10 @@ def load_drill(path: str | Path) -> Any:
     file = str(path)
     root, data = _parse(_read_text(path, file), file)
     try:
-        spec = DrillSpec.model_validate(data)
+        spec = DrillSpec.model_validate(data, context={"file": file})
     except ValidationError as exc:
         raise _validation_error(exc, root, file) from exc
+    _check_numbers(spec, root, file)
     base = path.parent
     fleet = load_fleet(base / spec.fleet)
     if spec.fleet_overrides:

@@ -30,6 +30,10 @@ Render = Callable[[], str]
 # -> (status, body, content type). It does its own authorization.
 Api = Callable[[str, str, Mapping[str, str], bytes], tuple[int, str, str]]
 MAX_API_BODY_BYTES = 1 << 20
+# Seconds a connection may sit idle in one socket read or write: a client that opens a
+# connection and never sends its request line, headers or announced body would otherwise hold a
+# server thread forever.
+REQUEST_TIMEOUT_S = 10.0
 
 _TEXT_PLAIN = "text/plain; charset=utf-8"
 
@@ -76,6 +80,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "firedrill-metrics"
+    timeout = REQUEST_TIMEOUT_S  # applied to the socket by StreamRequestHandler.setup
 
     def do_GET(self) -> None:
         self._serve(with_body=True)
@@ -95,7 +100,16 @@ class _Handler(BaseHTTPRequestHandler):
             if not 0 <= length <= MAX_API_BODY_BYTES:
                 self._reply(413, "request body too large\n", _TEXT_PLAIN, with_body=with_body)
                 return
-            payload = self.rfile.read(length) if length else b""
+            try:
+                payload = self.rfile.read(length) if length else b""
+            except TimeoutError:
+                self.close_connection = True
+                reason = f"request body not received within {REQUEST_TIMEOUT_S:g} s\n"
+                self._reply(408, reason, _TEXT_PLAIN, with_body=with_body)
+                return
+            if len(payload) < length:  # the client closed before sending what it announced
+                self.close_connection = True
+                return
             status, text, content_type = server.api(method, self.path, dict(self.headers), payload)
             self._reply(status, text, content_type, with_body=with_body)
         elif method == "POST":

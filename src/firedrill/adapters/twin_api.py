@@ -33,9 +33,11 @@ Endpoints (JSON; every one needs ``Authorization: Bearer <token>``)::
     GET  /v1/injected   what differs from the baseline -> {"now_s", "injected": [...]}
 
 A bad operation answers 400 with ``{"error", "kind"}`` (``kind``: ``bad_request``,
-``unknown_target`` with ``target_kind`` and ``name``, or ``operation``) and applies nothing: the
-inverse is computed first, which validates every target, and the twin's ``apply`` checks values
-before it changes state.
+``unknown_target`` with ``target_kind`` and ``name``, or ``operation``) and applies nothing: its
+arguments are checked first (finite, in range, typed: ``firedrill.model.bounds``), then the
+inverse is computed, which validates every target, and the twin's ``apply`` checks values
+before it changes state. A request the handler did not foresee answers 500 with a JSON body
+rather than dropping the connection.
 
 Security: the chaos platform gets inject-only access. The token is generated per start (256
 random bits), written to a file only its owner can read, compared in constant time, and grants
@@ -75,6 +77,7 @@ from firedrill.errors import (
     UnknownTargetError,
     UnsafePathError,
 )
+from firedrill.model import bounds
 from firedrill.model import operations as ops
 from firedrill.twin.engine import Twin
 from firedrill.twin.world import TwinWorld
@@ -251,6 +254,7 @@ class _Baseline:
     def __init__(self, twin: Twin) -> None:
         self.static = _static_state(twin)
         self.touched: dict[Key, Value] = {}
+        self.nodes = frozenset(n.name for n in twin.nodes)
 
     def before_apply(self, twin: Twin, op: ops.Operation) -> None:
         for key in _touched_keys(op):
@@ -262,13 +266,37 @@ class _Baseline:
         out = [
             Injected(kind, target, self.static.get((kind, target)), now.get((kind, target)))
             for kind, target in self.static.keys() | now.keys()
-            if self.static.get((kind, target)) != now.get((kind, target))
+            if not _same(self.static.get((kind, target)), now.get((kind, target)))
+            and not self._joined_as_built(twin, kind, target, now.get((kind, target)))
         ]
         for key, before in self.touched.items():
             current = _read_touched(twin, key)
-            if current != before:
+            if not _same(current, before):
                 out.append(Injected(key[0], key[1], before, current))
         return sorted(out, key=lambda i: (i.kind, i.target))
+
+    def _joined_as_built(self, twin: Twin, kind: str, target: str, now: Value) -> bool:
+        """A node the autoscaler added since the baseline, with the versions a joining node gets.
+
+        The twin builds a scaled-out node from the first node of its cell, so its versions are
+        that node's: not something an operation left behind. A version that differs from it
+        still shows (and a change to the first node shows on that node).
+        """
+        if kind != "version":
+            return False
+        node, _, component = target.partition(" ")
+        if node in self.nodes or node not in twin.node_index:
+            return False
+        members = twin.cell_nodes[twin.nodes[twin.node_index[node]].cell]
+        prototype = twin.nodes[members[0]] if members else None
+        return prototype is not None and prototype.versions.get(component) == now
+
+
+def _same(a: Value, b: Value) -> bool:
+    """Equality that holds for NaN too (a value that stays NaN is not a change)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
 
 
 # --- the handler ------------------------------------------------------------------------------
@@ -394,6 +422,12 @@ class ControlApi:
             return 200, json.dumps(result, allow_nan=False), _JSON
         except _Reply as reply:
             return reply.status, json.dumps(reply.body), _JSON
+        # The thread serving this request must answer, whatever went wrong below: a dropped
+        # connection tells the client nothing. The arguments were checked before anything was
+        # applied, so this is a defect to report, not bad input.
+        except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+            reason = {"error": f"internal error: {type(exc).__name__}: {exc}", "kind": "internal"}
+            return 500, json.dumps(reason), _JSON
 
     def _authorize(self, headers: Mapping[str, str]) -> None:
         given = ""
@@ -408,16 +442,15 @@ class ControlApi:
     # writes
 
     def _op(self, body: bytes) -> ops.Operation:
-        if len(body) > MAX_BODY_BYTES:
-            raise _bad(f"body over {MAX_BODY_BYTES} bytes")
+        data = _json_body(body)
         try:
-            data = json.loads(body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise _bad(f"body is not JSON: {exc}") from None
-        try:
-            return decode_op(data)
+            op = decode_op(data)
         except JournalError as exc:
             raise _bad(str(exc)) from None
+        found = bounds.problems(op)
+        if found:  # the same kind as the twin's own refusals: the client raises OperationError
+            raise _Reply(400, {"error": "; ".join(found), "kind": "operation"})
+        return op
 
     def _apply(self, _: _Query, body: bytes) -> Mapping[str, object]:
         op = self._op(body)
@@ -433,10 +466,7 @@ class ControlApi:
             return encode_op(self._twin.inverse_of(op))
 
     def _advance(self, _: _Query, body: bytes) -> Mapping[str, object]:
-        try:
-            data = json.loads(body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise _bad(f"body is not JSON: {exc}") from None
+        data = _json_body(body)
         seconds = data.get("seconds") if isinstance(data, dict) else None
         if isinstance(seconds, bool) or not isinstance(seconds, int | float):
             raise _bad('advance takes {"seconds": number}')
@@ -566,7 +596,32 @@ class ControlApi:
         with self._lock:
             found = self._baseline.diff(self._twin)
             now_s = self._twin.now_s()
-        return {"now_s": now_s, "injected": [to_wire(i) for i in found]}
+        return {"now_s": now_s, "injected": [_json_injected(i) for i in found]}
+
+
+def _json_body(body: bytes) -> object:
+    """The request body as JSON; a 400 for anything else (too big, too deep, not JSON)."""
+    if len(body) > MAX_BODY_BYTES:
+        raise _bad(f"body over {MAX_BODY_BYTES} bytes")
+    try:
+        return json.loads(body or b"null")
+    except RecursionError:
+        raise _bad("body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, a 5,000-digit integer
+        raise _bad(f"body is not JSON: {exc}") from None
+
+
+def _json_value(value: Value) -> Value:
+    return _json_float(value) if isinstance(value, float) else value
+
+
+def _json_injected(item: Injected) -> dict[str, Value]:
+    return {
+        "kind": item.kind,
+        "target": item.target,
+        "baseline": _json_value(item.baseline),
+        "now": _json_value(item.now),
+    }
 
 
 class _mapped:

@@ -42,7 +42,12 @@ def _write(text: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text, nl=False)
         return
-    out.write_text(text)
+    from firedrill.adapters import outputs
+
+    try:
+        outputs.write(out, text)
+    except FiredrillError as exc:
+        raise _fail(exc) from exc
     err.print(f"wrote {escape(str(out))}")
 
 

@@ -20,19 +20,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from firedrill.cli.common import DEFAULT_DB_URL, ExitCode, console, err
 from firedrill.errors import FiredrillError, SpecError
 
 __all__ = ["register"]
 
-EXIT_FAILED = 1
-EXIT_INPUT = 4
-DEFAULT_DB = "sqlite:///firedrill.db"
-
-console = Console()
-err = Console(stderr=True)
 
 findings_app = typer.Typer(
     help="Action items raised by drills: list (default), show one with its history, close one.",
@@ -44,7 +38,7 @@ DbOption = Annotated[
 ]
 
 
-def _fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
+def _fail(message: str, code: ExitCode = ExitCode.INPUT) -> typer.Exit:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
@@ -52,7 +46,7 @@ def _fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
 @findings_app.callback()
 def findings(
     ctx: typer.Context,
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = DEFAULT_DB_URL,
     model: Annotated[str | None, typer.Option(help="One model.")] = None,
     status: Annotated[
         str, typer.Option(help="open, closed or all.", case_sensitive=False)
@@ -94,7 +88,7 @@ def findings(
 @findings_app.command("show")
 def show(
     item: Annotated[str, typer.Argument(help="Action item id (FND-…).")],
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = DEFAULT_DB_URL,
 ) -> None:
     """One action item with its history (every run that raised it, every close)."""
     from firedrill.store import findings as items
@@ -123,7 +117,7 @@ def close(
     item: Annotated[str, typer.Argument(help="Action item id (FND-…).")],
     by: Annotated[str, typer.Option("--by", help="Who closes it.")],
     note: Annotated[str, typer.Option("--note", help="What closed it (a commit, a PR, a change).")],
-    db: DbOption = DEFAULT_DB,
+    db: DbOption = DEFAULT_DB_URL,
 ) -> None:
     """Close an action item (recorded in its history and in the audit log)."""
     from firedrill.store import findings as items
@@ -280,7 +274,7 @@ def next_drill(
         try:  # the fleet/SLO paths are relative to the drill: check the spec itself here
             load_spec(write, DrillSpec)
         except SpecError as exc:
-            raise _fail(f"the proposed spec does not load: {exc}", EXIT_FAILED) from exc
+            raise _fail(f"the proposed spec does not load: {exc}", ExitCode.FAILED) from exc
         err.print(f"wrote {escape(str(write))}", highlight=False)
 
 

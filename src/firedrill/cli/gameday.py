@@ -53,9 +53,9 @@ def _load(path: Path) -> Any:
     try:
         return load_drill(path)
     except SpecError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         for more in exc.errors[1:]:
-            err.print(f"[red]error:[/] {more}", highlight=False)
+            err.print(f"[red]error:[/] {escape(str(more))}", highlight=False)
         raise typer.Exit(ExitCode.INPUT) from exc
 
 
@@ -92,7 +92,28 @@ class _Listener:
         err.print(f"stored drill result {result_id} ({answer.gate.reason})", highlight=False)
 
     def store_failed(self, error: FiredrillError) -> None:
-        err.print(f"[bold red]error:[/] cannot store the drill result: {error}")
+        err.print(
+            f"[bold red]error:[/] cannot store the drill result: {escape(str(error))}",
+            highlight=False,
+        )
+
+
+def _check_outputs(
+    *, json_out: Path | None, markdown: Path | None, html: Path | None, out: Path | None
+) -> None:
+    """Refuse, before anything runs, outputs that could not be written at the end (exit 4)."""
+    from firedrill.adapters import outputs as files
+
+    try:
+        files.check_directory(out, "--out")
+        for path, option in ((json_out, "--json"), (markdown, "--markdown"), (html, "--html")):
+            files.check_file(path, option)
+        given = [str(p) for p in (json_out, markdown, html) if p is not None]
+        if given.count("-") > 1:
+            raise FiredrillError("only one output can go to stdout ('-')")
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))} (nothing was run)", highlight=False)
+        raise typer.Exit(ExitCode.INPUT) from exc
 
 
 def _write_reports(
@@ -117,17 +138,20 @@ def _num(v: Any, metric: str = "") -> str:
 
 
 def _print_plan(plan: dict[str, Any]) -> None:
+    where = plan["target"].get("region") or ", ".join(plan["target"].get("cells") or []) or "?"
     console.print(
-        f"[bold]{plan['drill']}[/] ({plan['rung']}): target {plan['target']['model']} in "
-        f"{plan['target'].get('region') or ', '.join(plan['target'].get('cells') or []) or '?'}"
-        f"; cap {_num(plan['duration_cap_s'], '_s')}; T0 at {_num(plan['t0_s'], '_s')}",
+        f"[bold]{escape(str(plan['drill']))}[/] "
+        + escape(
+            f"({plan['rung']}): target {plan['target']['model']} in {where}"
+            f"; cap {_num(plan['duration_cap_s'], '_s')}; T0 at {_num(plan['t0_s'], '_s')}"
+        ),
         highlight=False,
     )
     t = Table(title="hypothesis", box=None, header_style="bold")
     for col in ("clause", "metric", "expected"):
         t.add_column(col)
     for h in plan["hypothesis"]:
-        t.add_row(h["clause"], h["metric"], h["expected"])
+        t.add_row(*(escape(str(h[k])) for k in ("clause", "metric", "expected")))
     console.print(t)
     t = Table(title="injections (nothing is injected by plan or an L0 tabletop)", box=None)
     for col in ("at", "injection", "lasts", "operations"):
@@ -135,13 +159,15 @@ def _print_plan(plan: dict[str, Any]) -> None:
     for row in plan["injections"]:
         t.add_row(
             _num(row["at_s"], "_s"),
-            row["injection"],
+            escape(str(row["injection"])),
             _num(row["duration_s"], "_s") if row["duration_s"] is not None else "to the cap",
-            "\n".join(row["operations"]) or "—",
+            escape("\n".join(row["operations"])) or "—",
         )
     console.print(t)
     stops = ", ".join(f"{s['name']} ({s['kind']})" for s in plan["stop_conditions"])
-    console.print(f"stop conditions: {stops}; abort owner: {plan['abort_owner'] or '—'}")
+    console.print(
+        f"stop conditions: {stops}; abort owner: {plan['abort_owner'] or '—'}", markup=False
+    )
     if plan["rto"] is not None:
         terms = ", ".join(
             f"{k.removesuffix('_s')} {_num(v, '_s')}" for k, v in plan["rto"]["planned"].items()
@@ -154,7 +180,8 @@ def _print_result(r: DrillReport) -> None:
 
     colour = {"passed": "green", "failed": "bold red", "aborted": "magenta"}.get(r.verdict, "")
     console.print(
-        f"[{colour}]{r.verdict.upper()}[/] {r.drill} ({r.rung}, seed {r.seed}): {r.reason}",
+        f"[{colour}]{r.verdict.upper()}[/] "
+        + escape(f"{r.drill} ({r.rung}, seed {r.seed}): {r.reason}"),
         highlight=False,
     )
     t = Table(title="hypothesis", header_style="bold")
@@ -162,9 +189,9 @@ def _print_result(r: DrillReport) -> None:
         t.add_column(col)
     for h in r.hypothesis:
         t.add_row(
-            h.clause,
-            format_expected(h.op, h.value, h.metric),
-            _num(h.observed, h.metric),
+            escape(h.clause),
+            escape(format_expected(h.op, h.value, h.metric)),
+            escape(_num(h.observed, h.metric)),
             "[green]PASS[/]" if h.passed else "[bold red]FAIL[/]",
         )
     console.print(t)
@@ -189,7 +216,7 @@ def _print_result(r: DrillReport) -> None:
     for col in ("name", "kind", "fired", "at"):
         t.add_column(col)
     for s in r.stop_conditions:
-        t.add_row(s.name, s.kind, _num(s.fired), _num(s.at_s, "_s"))
+        t.add_row(escape(s.name), escape(s.kind), _num(s.fired), _num(s.at_s, "_s"))
     console.print(t)
     if r.security_floor:
         t = Table(title="security floor", header_style="bold")
@@ -214,7 +241,7 @@ def _print_result(r: DrillReport) -> None:
         for col in ("kind", "finding", "owner"):
             t.add_column(col)
         for f in r.findings:
-            t.add_row(f.kind, f.text, f.owner or "")
+            t.add_row(escape(f.kind), escape(f.text), escape(f.owner or ""))
         console.print(t)
 
 
@@ -234,7 +261,9 @@ def plan(drill: DrillArg) -> None:
 @gameday_app.command("run")
 def run(
     drill: DrillArg,
-    seed: Annotated[int | None, typer.Option(help="Seed (default: the drill's).")] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=2**63 - 1, help="Seed (default: the drill's).")
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result JSON.")] = None,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="Write a Markdown report.")
@@ -283,6 +312,12 @@ def run(
 ) -> None:
     """Run a game day; exit 0 passed, 1 failed, 3 aborted by a stop condition."""
     loaded = _load(drill)
+    if out is not None and runs == 1:  # a sweep names its own files in OUT (summary.*)
+        json_out = json_out or out / "result.json"
+        markdown = markdown or out / "report.md"
+        html = html or out / "report.html"
+    _check_outputs(json_out=json_out, markdown=markdown, html=html, out=out)
+    quiet = quiet or any(str(p) == "-" for p in (json_out, markdown, html) if p is not None)
     spec = loaded.spec
     if run_by is not None:
         spec = spec.model_copy(update={"run_by": run_by})
@@ -327,21 +362,27 @@ def run(
                 spec_path=str(drill),
             )  # fmt: skip
     except Refused as exc:
-        err.print(f"[bold red]refused:[/] {exc}", highlight=False)
+        err.print(f"[bold red]refused:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(ExitCode.REFUSED) from exc
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(ExitCode.INPUT) from exc
     report = result.report
     if out is not None:
         json_out = json_out or out / "result.json"
         markdown = markdown or out / "report.md"
         html = html or out / "report.html"
-    written = _write_reports(report.to_json(), json_out=json_out, md_out=markdown, html_out=html)
+    try:
+        written = _write_reports(
+            report.to_json(), json_out=json_out, md_out=markdown, html_out=html
+        )
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(ExitCode.INPUT) from exc
     if not quiet:
         _print_result(report)
         for path in written:
-            console.print(f"wrote [bold]{path}[/]")
+            console.print(f"wrote [bold]{escape(str(path))}[/]")
         console.print(f"{cap / 3600:.2g} h simulated in {result.wall_s:.2f} s wall")
     raise typer.Exit(VERDICT_EXIT.get(result.verdict, ExitCode.INPUT))
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from firedrill.app.respond import db_url
@@ -58,7 +59,7 @@ def operator() -> str:
 
 
 def _fail(exc: Exception, code: ExitCode = ExitCode.INPUT) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}")
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     return typer.Exit(code)
 
 
@@ -89,11 +90,13 @@ def _writing(db: str) -> Iterator[Any]:
 def print_persisted(result: Persisted, store_name: str) -> None:
     """One line per incident: the report's id and the store's."""
     if not result.created:
-        console.print(f"run already in {store_name}: nothing written")
+        console.print(f"run already in {escape(store_name)}: nothing written")
     for report_id, store_id in result.incidents.items():
-        console.print(f"{report_id} stored as [bold]{store_id}[/] in {store_name}")
+        console.print(
+            f"{escape(report_id)} stored as [bold]{escape(store_id)}[/] in {escape(store_name)}"
+        )
     if not result.incidents:
-        console.print(f"no incidents to store in {store_name}")
+        console.print(f"no incidents to store in {escape(store_name)}")
 
 
 # --- rendering helpers --------------------------------------------------------------------------
@@ -122,7 +125,7 @@ def duration(seconds: float | None) -> str:
 
 def _table(title: str, columns: tuple[str, ...], *, wrap: tuple[str, ...] = ()) -> Table:
     """A borderless table; only the ``wrap`` columns (free text) wrap, the rest stay whole."""
-    table = Table(title=title, box=None, header_style="bold")
+    table = Table(title=escape(title), box=None, header_style="bold")
     for col in columns:
         wraps = col in wrap
         table.add_column(col, no_wrap=not wraps, overflow="fold", min_width=20 if wraps else None)
@@ -139,7 +142,8 @@ def _sev_value(value: str | None) -> int | None:
 
 
 def _text(value: object) -> str:
-    return "" if value is None else str(value)
+    """Stored text as table or line content: never read as Rich markup."""
+    return "" if value is None else escape(str(value))
 
 
 def _seconds(value: object) -> float:
@@ -171,13 +175,13 @@ def incident_list(
     table = _table(f"incidents ({len(rows)})", columns, wrap=("title",))
     for r in rows:
         table.add_row(
-            r.id,
+            _text(r.id),
             f"SEV{r.sev}",
             r.status.value,
-            r.cell,
+            _text(r.cell),
             clock(r.opened_at_s),
             "-" if r.resolved_at_s is None else clock(r.resolved_at_s),
-            r.title,
+            _text(r.title),
         )
     console.print(table)
 
@@ -197,11 +201,12 @@ def incident_show(incident_id: IdArgument, db: DbOption = DEFAULT_DB_URL) -> Non
     """An incident: its axes, severity history, suspects, levers, roles and comms."""
     case = _load(db, incident_id)
     inc = case.incident
-    console.print(f"[bold]{inc.id}[/] SEV{inc.sev} {inc.status.value}: {inc.title}")
+    console.print(f"[bold]{_text(inc.id)}[/] SEV{inc.sev} {inc.status.value}: {_text(inc.title)}")
     console.print(
         f"cell {inc.cell} ({inc.region}); opened {clock(inc.opened_at_s)}, mitigated "
         f"{'-' if inc.mitigated_at_s is None else clock(inc.mitigated_at_s)}, resolved "
-        f"{'-' if inc.resolved_at_s is None else clock(inc.resolved_at_s)}"
+        f"{'-' if inc.resolved_at_s is None else clock(inc.resolved_at_s)}",
+        markup=False,
     )
     a = case.assessment
     axes = a.get("axes")
@@ -213,14 +218,14 @@ def incident_show(incident_id: IdArgument, db: DbOption = DEFAULT_DB_URL) -> Non
         for axis, r in axes.items():
             r = r if isinstance(r, dict) else {}
             table.add_row(
-                axis, _text(r.get("level")), _text(r.get("value")), _text(r.get("reason"))
+                _text(axis), _text(r.get("level")), _text(r.get("value")), _text(r.get("reason"))
             )
         console.print(table)
     else:
         console.print("axes: not recorded")
     console.print("[bold]severity history[/]")
     for e in case.severity or ():
-        console.print(f"  {clock(e.at_s)}  {e.text}")
+        console.print(f"  {clock(e.at_s)}  {e.text}", markup=False)
     if not case.severity:
         console.print("  none recorded")
     _print_suspects(a)
@@ -229,7 +234,7 @@ def incident_show(incident_id: IdArgument, db: DbOption = DEFAULT_DB_URL) -> Non
     console.print("[bold]comms[/]")
     for c in case.comms:
         late = "" if c.due_s is None or c.at_s <= c.due_s else f" (late by {c.at_s - c.due_s:g} s)"
-        console.print(f"  {clock(c.at_s)} {c.channel.value}: {c.text}{late}")
+        console.print(f"  {clock(c.at_s)} {c.channel.value}: {c.text}{late}", markup=False)
     if not case.comms:
         console.print("  none posted")
 
@@ -247,7 +252,9 @@ def _print_suspects(assessment: Mapping[str, Any]) -> None:
             highlight=False,
         )
     if assessment.get("recommendation"):
-        console.print(f"recommendation: {assessment['recommendation']}", highlight=False)
+        console.print(
+            f"recommendation: {assessment['recommendation']}", highlight=False, markup=False
+        )
 
 
 def _print_levers(case: CaseFile) -> None:
@@ -266,6 +273,7 @@ def _print_levers(case: CaseFile) -> None:
             f"  {clock(lv.at_s)} {lv.status.value} {lv.kind} ({lv.scope}); approved by "
             f"{', '.join(lv.approvers) or 'nobody'}; {undo}: {lv.reason}",
             highlight=False,
+            markup=False,
         )
 
 
@@ -273,11 +281,11 @@ def _print_roles(case: CaseFile) -> None:
     current = case.current_roles
     console.print("[bold]roles[/]")
     for r, a in current.items():
-        console.print(f"  {r.value}: {a.person} since {clock(a.since_s)}")
+        console.print(f"  {r.value}: {a.person} since {clock(a.since_s)}", markup=False)
     if not current:
         console.print("  none assigned")
     for h in case.handoffs:
-        console.print(f"  handoff: {h.text}")
+        console.print(f"  handoff: {h.text}", markup=False)
 
 
 @incident_app.command("timeline")
@@ -298,7 +306,7 @@ def incident_timeline(
         return
     table = _table(f"{case.incident.id} timeline", ("at", "kind", "actor", "what"), wrap=("what",))
     for e in case.events:
-        table.add_row(clock(e.at_s), e.kind, e.actor, e.text)
+        table.add_row(clock(e.at_s), _text(e.kind), _text(e.actor), _text(e.text))
     console.print(table)
 
 
@@ -365,7 +373,7 @@ def incident_postmortem(
     inc = case.incident
     if case.postmortem is None:
         err.print(
-            f"[bold red]no postmortem:[/] {inc.id} is {inc.status.value}; its postmortem is "
+            f"[bold red]no postmortem:[/] {_text(inc.id)} is {inc.status.value}; its postmortem is "
             "written when it is resolved"
         )
         raise typer.Exit(ExitCode.FAILED)
@@ -373,7 +381,8 @@ def incident_postmortem(
     sys.stdout.write(text)
     if not case.action_items:
         err.print(
-            f"[bold red]incomplete:[/] the postmortem of {inc.id} has no action item; it is not "
+            f"[bold red]incomplete:[/] the postmortem of {_text(inc.id)} has no action item; "
+            "it is not "
             "finished until it changes the fleet (an alert, a runbook step, an automation "
             "guardrail or a game-day scenario)"
         )
@@ -381,7 +390,7 @@ def incident_postmortem(
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(text)
-        err.print(f"wrote {markdown}")
+        err.print(f"wrote {_text(markdown)}")
 
 
 def postmortem_markdown(case: CaseFile) -> str:

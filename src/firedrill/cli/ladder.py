@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from firedrill.app.gameday import DEFAULT_TOKEN_FILE
@@ -56,24 +57,27 @@ def print_recovery(report: RecoveryReport, directory: Path, out: Console | None 
     out = out or console
     for state in report.live:
         out.print(
-            f"[yellow]left alone[/] {state.path.name}: drill {state.header.drill} is still "
-            f"running (pid {state.header.pid})"
+            f"[yellow]left alone[/] {escape(state.path.name)}: drill "
+            f"{escape(state.header.drill)} is still running (pid {state.header.pid})"
         )
     if not report.journals:
-        out.print(f"nothing to recover in {directory}")
+        out.print(f"nothing to recover in {escape(str(directory))}")
         return
     for j in report.journals:
         h = j.header
         mark = "[green]recovered[/]" if j.finished else "[bold red]NOT recovered[/]"
         out.print(
-            f"{mark} {j.path.name}: drill {h.drill} run by {h.run_by}, started {h.started}, "
-            f"target {h.target}"
+            f"{mark} "
+            + escape(
+                f"{j.path.name}: drill {h.drill} run by {h.run_by}, started {h.started}, "
+                f"target {h.target}"
+            )
         )
         for i in j.intents:
             colour = "red" if i.outcome == "failed" else "green"
             detail = f" ({i.detail})" if i.detail else ""
             out.print(
-                f"  [{colour}]{i.outcome}[/] {_op(i.op)} <- {_op(i.inverse)}{detail}",
+                f"  [{colour}]{i.outcome}[/] {escape(f'{_op(i.op)} <- {_op(i.inverse)}{detail}')}",
                 highlight=False,
             )
         if j.note:
@@ -105,7 +109,7 @@ def recover(
             journal_dir=journal_dir, target=target, token_file=token_file
         )
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(ExitCode.INPUT) from exc
     print_recovery(report, directory)
     if not report.ok:
@@ -132,10 +136,10 @@ def ladder(
                 action_items.list_items(session=session, model=model, status="open")
             )
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(ExitCode.INPUT) from exc
     if not history:
-        console.print("no drill results yet" + (f" for {model}" if model else ""))
+        console.print("no drill results yet" + (f" for {model}" if model else ""), markup=False)
         return
     table = Table(title="drill ladder")
     for column in ("model", "highest passed", "may run up to", "runs", "open items", "L5"):
@@ -144,16 +148,16 @@ def ladder(
     for s in rows:
         top = "-" if s.highest_passed is None else f"L{s.highest_passed}"
         table.add_row(
-            s.model,
+            escape(s.model),
             top,
             f"L{s.highest_allowed}",
             str(s.runs),
             str(open_items.get(s.model, 0)),
-            s.last_l5,
+            escape(s.last_l5),
         )
     console.print(table)
     if model is not None:
-        detail = Table(title=f"{model}, rung by rung")
+        detail = Table(title=escape(f"{model}, rung by rung"))
         for column in ("rung", "", "runs", "latest (newest first)", "last run by", "gate"):
             detail.add_column(column)
         for rung, title in enumerate(RUNG_NAMES):
@@ -164,23 +168,23 @@ def ladder(
                 f"L{rung}",
                 title,
                 str(len(mine)),
-                latest,
-                mine[-1].run_by if mine else "-",
+                escape(latest),
+                escape(mine[-1].run_by) if mine else "-",
                 "[green]open[/]" if g.allowed else "[red]closed[/]",
             )
         console.print(detail)
     for s in rows:
         for warning in s.warnings:
-            console.print(f"[yellow]warning[/] {s.model}: {warning}", highlight=False)
+            console.print(f"[yellow]warning[/] {escape(f'{s.model}: {warning}')}", highlight=False)
 
 
 def print_gate(answer: LadderCheck, out: Console | None = None) -> None:
     """The ladder gate's rotation warnings and any override, before a run."""
     out = out or err
     for warning in answer.warnings:
-        out.print(f"[yellow]warning[/] {warning}", highlight=False)
+        out.print(f"[yellow]warning[/] {escape(str(warning))}", highlight=False)
     if answer.gate.allowed and answer.gate.overridden:
-        out.print(f"[yellow]ladder override[/] {answer.gate.reason}", highlight=False)
+        out.print(f"[yellow]ladder override[/] {escape(answer.gate.reason)}", highlight=False)
 
 
 def register(gameday_app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ docstring (``firedrill.cli``).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -62,6 +64,7 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
 )
 for _module in COMMAND_MODULES:
     _module.register(app)
+SEED_MAX = 2**63 - 1  # seeds are non-negative (NumPy's generators refuse negative ones)
 
 
 class SchemaKind(StrEnum):
@@ -95,8 +98,31 @@ def _progress(verb: str, *, quiet: bool) -> Progress:
 
 
 def _fail(exc: FiredrillError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}")
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     return typer.Exit(ExitCode.INPUT)
+
+
+def _check_outputs(
+    *files: tuple[Path | None, str], directory: tuple[Path | None, str] = (None, "")
+) -> None:
+    """Refuse, before anything runs, outputs that could not be written at the end (exit 4)."""
+    from firedrill.adapters import outputs
+
+    try:
+        outputs.check_directory(*directory)
+        for path, option in files:
+            outputs.check_file(path, option)
+    except FiredrillError as exc:
+        raise _fail(exc) from exc
+
+
+def _write_output(path: Path, text: str) -> None:
+    from firedrill.adapters import outputs
+
+    try:
+        outputs.write(path, text)
+    except FiredrillError as exc:
+        raise _fail(exc) from exc
 
 
 def _load_fleet(path: Path) -> tuple[FleetSpec, str]:
@@ -159,7 +185,9 @@ def _parse_window(window: str | None, hours: float) -> tuple[float, float]:
 def twin_run(
     fleet: Annotated[Path, typer.Argument(help="Fleet spec (YAML).")],
     hours: Annotated[float, typer.Option(min=0.001, max=24 * 14, help="Simulated hours.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed: same spec + seed, same result.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=SEED_MAX, help="Seed: same spec + seed, same result.")
+    ] = 0,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("out/twin"),
     series: Annotated[
         SeriesFormat, typer.Option(help="Series export written to OUT (none to skip).")
@@ -179,6 +207,7 @@ def twin_run(
     from firedrill.twin.run import run_twin, summarize
 
     spec, digest = _load_fleet(fleet)
+    _check_outputs(directory=(out, "--out"))
     slo_spec = _load_slo(slo) if slo is not None else None
     if slo_spec is not None and series is SeriesFormat.none:
         raise typer.BadParameter("--slo needs the series: drop --series none")
@@ -219,7 +248,7 @@ def twin_run(
         _print_summary(summary)
         if slo_spec is not None:
             _print_alerts(alerts)
-        console.print(f"wrote [bold]{out / 'summary.json'}[/] in {wall:.2f} s wall")
+        console.print(f"wrote [bold]{escape(str(out / 'summary.json'))}[/] in {wall:.2f} s wall")
 
 
 def _all_series(twin: Any, start_s: float, end_s: float) -> list[Series]:
@@ -249,7 +278,9 @@ def _public(s: Series) -> Series:
 
 def _print_summary(summary: dict[str, Any]) -> None:
     table = Table(
-        title=f"twin {summary['fleet']}: {summary['sim_seconds']:g} s, seed {summary['seed']}",
+        title=escape(
+            f"twin {summary['fleet']}: {summary['sim_seconds']:g} s, seed {summary['seed']}"
+        ),
         box=None,
         header_style="bold",
     )
@@ -259,8 +290,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         for model, m in c["models"].items():
             errors = m["errors"] / max(m["requests"], 1)
             table.add_row(
-                name,
-                model,
+                escape(name),
+                escape(model),
                 _count(m["requests"]),
                 f"{errors * 100:.2f}%",
                 _ms(m["ttft_p50_s"]),
@@ -291,7 +322,9 @@ def _print_alerts(alerts: list[Any]) -> None:
         table.add_column(col)
     for a in firing:
         table.add_row(
-            f"{a.at_s:.0f} s", a.alertname, a.label("severity"), a.label("cell"), a.label("slo")
+            f"{a.at_s:.0f} s",
+            *(escape(str(x)) for x in (a.alertname, a.label("severity"), a.label("cell"))),
+            escape(str(a.label("slo"))),
         )
     console.print(table)
 
@@ -313,7 +346,7 @@ def twin_serve(
     speed: Annotated[
         float, typer.Option(min=0.1, max=10_000, help="Simulated s per wall s.")
     ] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed.")] = 0,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 9400,
     hours: Annotated[
@@ -374,9 +407,11 @@ def twin_serve(
         api=None if api is None else api.handle,
     )
     server.start()
-    console.print(f"serving [bold]{spec.name}[/] on {server.url}/metrics at {speed:g}x")
+    console.print(f"serving [bold]{escape(spec.name)}[/] on {server.url}/metrics at {speed:g}x")
     if api is not None:
-        console.print(f"control API on {server.url}/v1/ (bearer token in {token_file})")
+        console.print(
+            f"control API on {server.url}/v1/ (bearer token in {escape(str(token_file))})"
+        )
     wall0 = time.monotonic()
     try:
         while not stop.is_set():
@@ -427,6 +462,7 @@ def rules_generate(
     from firedrill.export.monitors import pod_monitor, service_monitor
 
     spec = _load_slo(slo)
+    _check_outputs(directory=(out, "--out"))
     ruleset = generate(spec)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -444,9 +480,11 @@ def rules_generate(
     n_alerts = sum(1 for g in ruleset.groups for r in g["rules"] if "alert" in r)
     console.print(
         f"wrote {n_rules} rules ({n_alerts} alerts) in {len(ruleset.groups)} groups to "
-        f"[bold]{out / RULE_FILE}[/] and [bold]{out / PROMETHEUS_RULE}[/]; "
-        f"routing to [bold]{out / ALERTMANAGER}[/]; scrape labels to "
-        f"[bold]{out / SERVICE_MONITOR}[/] and [bold]{out / POD_MONITOR}[/]"
+        f"[bold]{escape(str(out / RULE_FILE))}[/] and "
+        f"[bold]{escape(str(out / PROMETHEUS_RULE))}[/]; "
+        f"routing to [bold]{escape(str(out / ALERTMANAGER))}[/]; scrape labels to "
+        f"[bold]{escape(str(out / SERVICE_MONITOR))}[/] and "
+        f"[bold]{escape(str(out / POD_MONITOR))}[/]"
     )
     e = spec.exporters
     console.print(
@@ -479,7 +517,8 @@ def rules_check(
     missing = [f for f in (RULE_FILE, ALERTMANAGER) if not (directory / f).is_file()]
     if missing:
         err.print(
-            f"[bold red]error:[/] {directory} lacks {', '.join(missing)}: run 'rules generate'"
+            f"[bold red]error:[/] {escape(str(directory))} lacks {', '.join(missing)}: "
+            "run 'rules generate'"
         )
         raise typer.Exit(ExitCode.INPUT)
     try:
@@ -491,9 +530,9 @@ def rules_check(
         raise _fail(exc) from exc
     for r in results:
         mark = "[green]ok[/]" if r.ok else "[bold red]FAILED[/]"
-        console.print(f"{mark} {r.tool} {' '.join(r.args)}")
+        console.print(f"{mark} {escape(r.tool)} {escape(' '.join(r.args))}", highlight=False)
         if not r.ok:
-            console.print(r.output)
+            console.print(r.output, markup=False, highlight=False)
     if not all(r.ok for r in results):
         raise typer.Exit(ExitCode.FAILED)
 
@@ -502,7 +541,9 @@ def rules_check(
 def alerting_compare(
     slo: Annotated[Path, typer.Argument(help="SLO spec (YAML).")],
     fleet: Annotated[Path, typer.Option(help="Fleet spec.")] = Path("examples/fleet.yaml"),
-    seed: Annotated[int, typer.Option(help="Seed for the incident plan and the twin.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=SEED_MAX, help="Seed for the incident plan and the twin.")
+    ] = 0,
     objective: Annotated[
         str | None, typer.Option(help="Availability objective (default: the first).")
     ] = None,
@@ -522,6 +563,8 @@ def alerting_compare(
 
     spec, _ = _load_fleet(fleet)
     slo_spec = _load_slo(slo)
+    _check_outputs((json_out, "--json"), (html_out, "--html"))
+    quiet = quiet or any(str(p) == "-" for p in (json_out, html_out) if p is not None)
     try:
         obj = availability_objective(slo_spec, objective)
         cell = first_cell_serving(spec, obj.model)
@@ -536,11 +579,9 @@ def alerting_compare(
         )
     data = result.to_json()
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        _write_output(json_out, json.dumps(data, indent=2, sort_keys=True) + "\n")
     if html_out is not None:
-        html_out.parent.mkdir(parents=True, exist_ok=True)
-        html_out.write_text(render_html(result))
+        _write_output(html_out, render_html(result))
     if not quiet:
         console.print(render_table(result))
 
@@ -579,6 +620,8 @@ def respond(
         loaded = load_scenario(scenario)
     except SpecError as exc:
         raise _fail(exc) from exc
+    _check_outputs((json_out, "--json"))  # before the run, like the store
+    quiet = quiet or (json_out is not None and str(json_out) == "-")
     with _progress("respond", quiet=quiet) as progress:
         task = progress.add_task(loaded.spec.name, total=loaded.spec.duration_s)
         try:
@@ -592,8 +635,7 @@ def respond(
         except StoreError as exc:  # before the run: a bad store is refused, nothing run
             raise _fail(exc) from exc
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(outcome.report.dumps())
+        _write_output(json_out, outcome.report.dumps())
     if not quiet:
         _print_scenario(outcome.report.to_json())
     if outcome.store_error is not None:
@@ -605,7 +647,7 @@ def respond(
 
 
 def _print_scenario(data: dict[str, Any]) -> None:
-    console.print(f"[bold]{data['scenario']}[/]: {data['sim_seconds']:.0f} s simulated")
+    console.print(f"[bold]{escape(data['scenario'])}[/]: {data['sim_seconds']:.0f} s simulated")
     by: dict[str, int] = {}
     for n in data["notifications"]:
         by[n["receiver"]] = by.get(n["receiver"], 0) + 1
@@ -625,23 +667,30 @@ def _print_scenario(data: dict[str, Any]) -> None:
     for c in rem["chains"][:10]:
         reached = [s["name"] for s in c["stages"] if s["status"] == "ok"]
         end = f"broken at {c['broken_at']}: {c['why']}" if c["broken_at"] else "complete"
-        console.print(f"chain {c['kind']} on {c['node']}: {' > '.join(reached)} ({end})")
+        line = f"chain {c['kind']} on {c['node']}: {' > '.join(reached)} ({end})"
+        console.print(line, markup=False, highlight=False)
     if len(rem["chains"]) > 10:
         console.print(f"... and {len(rem['chains']) - 10} more chains")
     for js, t in data.get("training", {}).items():
-        console.print(f"training {js}: {t.get('page', '')}")
+        console.print(f"training {js}: {t.get('page', '')}", markup=False, highlight=False)
         if "rank" in t:
             console.print(
                 f"  rank {t['rank']} on {t['node']}: suspended at {t['suspended_at_s']:.0f} s, "
                 f"resumed from step {t['resumed_from_step']} without {', '.join(t['excluded'])}; "
-                f"{t['gpu_hours_lost']:,.0f} GPU-h lost (${t['usd_lost']:,.0f})"
+                f"{t['gpu_hours_lost']:,.0f} GPU-h lost (${t['usd_lost']:,.0f})",
+                markup=False,
+                highlight=False,
             )
     table = Table(title="expectations", box=None, header_style="bold")
     for col in ("", "check", "expected", "observed"):
         table.add_column(col)
     for e in data["expectations"]:
         mark = "[green]PASS[/]" if e["passed"] else "[bold red]FAIL[/]"
-        table.add_row(mark, e["check"], e["expected"], e["observed"][:80])
+        table.add_row(
+            mark,
+            *(escape(str(e[k])) for k in ("check", "expected")),
+            escape(str(e["observed"])[:80]),
+        )
     console.print(table)
 
 
@@ -663,6 +712,7 @@ def export_nhc(
         spec = load_spec(policy, PolicySpec)
     except SpecError as exc:
         raise _fail(exc) from exc
+    _check_outputs((out, "--out"))
     text = yaml.safe_dump(node_health_check(spec, name=name, cell=cell), sort_keys=False)
     header = "# Enforced by firedrill, not expressible in NodeHealthCheck:\n" + "".join(
         f"#   - {x}\n" for x in NOT_EXPRESSIBLE
@@ -670,8 +720,8 @@ def export_nhc(
     if out is None:
         sys.stdout.write(header + text)
     else:
-        out.write_text(header + text)
-        err.print(f"wrote {out}")
+        _write_output(out, header + text)
+        err.print(f"wrote {escape(str(out))}", highlight=False)
 
 
 @audit_app.command("verify")
@@ -679,28 +729,95 @@ def audit_verify(
     db: Annotated[
         str, typer.Option("--db", help="Store URL: sqlite:///FILE or postgresql://USER@HOST/DB.")
     ] = DEFAULT_DB_URL,
+    expect_head: Annotated[
+        str | None,
+        typer.Option(
+            "--expect-head",
+            help="The head hash 'audit head' printed earlier (kept outside the database): "
+            "that record must still be in the log.",
+        ),
+    ] = None,
+    expect_count: Annotated[
+        int | None,
+        typer.Option(
+            "--expect-count",
+            min=0,
+            help="How many records the log held when 'audit head' was run: it holds at least "
+            "as many now.",
+        ),
+    ] = None,
 ) -> None:
-    """Check the audit log's hash chain; exit 1 at the first record that was tampered with."""
-    from firedrill.errors import StoreError
-    from firedrill.store import audit, open_store
+    """Check the audit log's hash chain; exit 1 at the first record that was tampered with.
 
+    Without an anchor (--expect-head, --expect-count) records removed from the end of the log,
+    or the whole log, cannot be told from a log that is shorter.
+    """
+    from firedrill.errors import StoreError
+    from firedrill.store import ChainHead, audit, open_store
+
+    if expect_head is not None and not _HASH_RE.fullmatch(expect_head.strip().lower()):
+        raise typer.BadParameter("a head hash is 64 hex digits", param_hint="--expect-head")
+    anchor = None
+    if expect_head is not None:  # with the count too, the head must be exactly that record
+        anchor = ChainHead(seq=expect_count or 0, hash=expect_head.strip().lower())
     try:
         with open_store(db, read_only=True) as store, store.session() as session:
-            result = audit.verify(session)
+            result = audit.verify(session, anchor=anchor, expect_count=expect_count)
     except StoreError as exc:
         raise _fail(exc) from exc
     if not result.ok:
         err.print(
             f"[bold red]TAMPERED[/] audit log of {result.records} records: "
-            f"first bad record is seq {result.first_bad_seq}: {result.problem}"
+            f"first bad record is seq {result.first_bad_seq}: {escape(str(result.problem))}",
+            highlight=False,
         )
         raise typer.Exit(ExitCode.FAILED)
-    console.print(f"[green]ok[/] audit log intact: {result.records} records")
+    if anchor is None and expect_count is None:
+        console.print(
+            f"[green]ok[/] audit log consistent: {result.records} records; [yellow]unanchored[/]: "
+            "records removed from its end would not show (keep 'firedrill audit head' outside "
+            "the database and pass --expect-head/--expect-count)",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"[green]ok[/] audit log intact: {result.records} records, anchor held", highlight=False
+    )
+
+
+_HASH_RE = re.compile(r"[0-9a-f]{64}")
+
+
+@audit_app.command("head")
+def audit_head(
+    db: Annotated[
+        str, typer.Option("--db", help="Store URL: sqlite:///FILE or postgresql://USER@HOST/DB.")
+    ] = DEFAULT_DB_URL,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {seq, hash} as JSON.")] = False,
+) -> None:
+    """Print the audit log's anchor (record count and head hash) to keep outside the database.
+
+    Pass it back later as `audit verify --expect-count SEQ --expect-head HASH`: records removed
+    from the end of the log, or the whole log, then show as tampering.
+    """
+    from firedrill.errors import StoreError
+    from firedrill.store import audit, open_store
+
+    try:
+        with open_store(db, read_only=True) as store, store.session() as session:
+            head = audit.head(session)
+    except StoreError as exc:
+        raise _fail(exc) from exc
+    seq, digest = (0, audit.GENESIS) if head is None else (head.seq, head.hash)
+    if as_json:
+        sys.stdout.write(json.dumps({"seq": seq, "hash": digest}) + "\n")
+    else:
+        sys.stdout.write(f"--expect-count {seq} --expect-head {digest}\n")
 
 
 def main() -> None:
     try:
         app()
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(ExitCode.INPUT)

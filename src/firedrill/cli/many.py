@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -74,7 +75,8 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
     rate = summary["pass_rate"]
     colour = "green" if v["passed"] == summary["runs"] else "bold red"
     console.print(
-        f"[{colour}]pass rate {rate:.1%}[/] over {summary['runs']} runs of {summary['drill']} "
+        f"[{colour}]pass rate {rate:.1%}[/] over {summary['runs']} runs of "
+        f"{escape(str(summary['drill']))} "
         f"(seed {summary['seed']}): {v['passed']} passed, {v['failed']} failed, "
         f"{v['aborted']} aborted" + (f", {v['refused']} refused" if v["refused"] else ""),
         highlight=False,
@@ -102,7 +104,7 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
     if fired:
         console.print(
             "stop conditions fired: "
-            + ", ".join(f"{s['name']} in {s['fired']} runs" for s in fired),
+            + escape(", ".join(f"{s['name']} in {s['fired']} runs" for s in fired)),
             highlight=False,
         )
     bad = summary["not_passed"]
@@ -112,7 +114,10 @@ def _print_summary(summary: dict[str, Any], spec_path: str) -> None:
             t.add_column(col)
         for r in bad[:SHOWN_NOT_PASSED]:
             t.add_row(
-                str(r["index"]), r["verdict"], r["reason"][:80], rerun_command(spec_path, r["seed"])
+                str(r["index"]),
+                escape(str(r["verdict"])),
+                escape(str(r["reason"])[:80]),
+                escape(rerun_command(spec_path, r["seed"])),
             )
         console.print(t)
         if len(bad) > SHOWN_NOT_PASSED:
@@ -124,13 +129,15 @@ def write_outputs(
     outputs: Sequence[tuple[Path | None, Callable[[JsonObject], str]]],
 ) -> list[Path]:
     """Write ``data`` through each (path, renderer) whose path is given; the paths written."""
+    from firedrill.adapters import outputs as files
+
     written: list[Path] = []
     for path, render in outputs:
         if path is None:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(data))
-        written.append(path)
+        files.write(path, render(data))  # "-": stdout
+        if not files.is_stdout(path):
+            written.append(path)
     return written
 
 
@@ -220,7 +227,7 @@ def run_sweep(
             return ExitCode.CANCELLED
         except FiredrillError as exc:
             progress.stop()
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             return ExitCode.INPUT
     wall = time.perf_counter() - wall0
     summary["spec_path"] = str(loaded.path)
@@ -228,10 +235,14 @@ def run_sweep(
         json_out = json_out or out / "summary.json"
         md_out = md_out or out / "summary.md"
         html_out = html_out or out / "summary.html"
-    written = _write(summary, json_out=json_out, md_out=md_out, html_out=html_out)
+    try:
+        written = _write(summary, json_out=json_out, md_out=md_out, html_out=html_out)
+    except FiredrillError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return ExitCode.INPUT
     if not quiet:
         _print_summary(summary, str(loaded.path))
         for path in written:
-            console.print(f"wrote [bold]{path}[/]")
+            console.print(f"wrote [bold]{escape(str(path))}[/]")
         console.print(f"{runs} runs in {wall:.1f} s wall ({runs / wall:.2f} runs/s; {how})")
     return ExitCode.OK if summary["pass_rate"] >= min_pass_rate else ExitCode.FAILED

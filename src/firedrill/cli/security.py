@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from firedrill.cli.common import ExitCode, console, err, group
 from firedrill.errors import FiredrillError, SpecError
@@ -51,7 +52,7 @@ def export_evidence(
     try:
         spec, fleet, slo, policy = load_scenario(scenario)
     except SpecError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(ExitCode.INPUT) from exc
     try:  # refused before anything runs
         refuse_unusable_out(out)
@@ -67,7 +68,7 @@ def export_evidence(
     bundles = [b for b in evidence_bundles(run) if incident is None or b.incident == incident]
     if not bundles:
         what = f"incident {incident}" if incident else "security incident"
-        err.print(f"[bold red]error:[/] the run of {spec.name} opened no {what}")
+        err.print(f"[bold red]error:[/] the run of {spec.name} opened no {escape(what)}")
         raise typer.Exit(ExitCode.INPUT)
     for b in bundles:
         directory = out / b.incident
@@ -81,7 +82,9 @@ def export_evidence(
             state = "complete" if b.complete else "INCOMPLETE (the audit log rolled over)"
             console.print(
                 f"{b.incident} ({b.tenant}, {b.start_s:.0f}-{b.end_s:.0f} s, {state}) -> "
-                f"{directory}: {counts}"
+                f"{directory}: {counts}",
+                markup=False,
+                highlight=False,
             )
 
 

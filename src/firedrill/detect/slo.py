@@ -29,7 +29,7 @@ from firedrill.model.exporters import (
 )
 from firedrill.model.spec import NAME_RE
 
-Duration = Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d|w)$")]
+Duration = Annotated[str, Field(pattern=r"^[0-9]{1,9}(ms|s|m|h|d|w)$")]  # 9 digits at most
 _UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 

@@ -23,8 +23,9 @@ from firedrill.remediate.policy import PolicySpec
 from firedrill.respond.guards import Role
 from firedrill.respond.severity import SevMatrix, refuse_price
 
-DURATION_RE = r"^[0-9]+(ms|s|m|h|d)$"
-SIGNED_DURATION_RE = r"^-?[0-9]+(ms|s|m|h|d)$"
+# at most 9 digits: a longer number is a typo, and a 400-digit one overflows a float
+DURATION_RE = r"^[0-9]{1,9}(ms|s|m|h|d)$"
+SIGNED_DURATION_RE = r"^-?[0-9]{1,9}(ms|s|m|h|d)$"
 _UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 Duration = Annotated[str, Field(pattern=DURATION_RE)]
@@ -537,7 +538,7 @@ class DrillSpec(_Strict):
     policy: str | None = None  # path; None: the default remediation policy
     fleet_overrides: dict[str, Any] = {}  # merged (deeply) into the loaded fleet spec
     policy_overrides: dict[str, Any] = {}  # merged (deeply) into the loaded policy
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     start_hour_utc: Annotated[float, Field(ge=0, lt=24)] | None = None
     duration_cap: Duration | None = None  # required: validation refuses a drill without one
     evaluation_step: Duration = "15s"  # stop conditions and clauses are evaluated this often

@@ -9,6 +9,7 @@ what was expected). Tuples travel as JSON lists; nested dataclasses as objects.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ def to_wire(value: object) -> Any:
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
+_MAX_FLOAT_INT = int(sys.float_info.max)
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -113,6 +115,8 @@ def _conform(value: object, hint: Any, where: str) -> object:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise WireError(f"{where}: expected a number, got {value!r}")
+        if isinstance(value, int) and abs(value) > _MAX_FLOAT_INT:  # float() would overflow
+            raise WireError(f"{where}: a {value.bit_length()}-bit integer is too large a number")
         return float(value)
     if hint is str:
         if not isinstance(value, str):

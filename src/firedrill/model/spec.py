@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from firedrill.model import exporters as _exporters
 
+MAX_REPLICAS = 100_000  # of one model in one cell
+MAX_NODES = 100_000  # in a pool, a region's spare capacity, a JobSet
+
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{12,64}$")
 NAME_RE = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"
 
@@ -32,9 +35,10 @@ GPU_HBM_TBPS: dict[str, float] = {"H100": 3.35, "H200": 4.8, "A100": 2.0, "B200"
 
 
 class StrictModel(BaseModel):
-    """Base: unknown keys are errors (a typo must not silently become a default)."""
+    """Base: unknown keys are errors (a typo must not silently become a default), and every
+    number is finite (NaN passes every comparison a check makes, an infinity breaks the twin)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Versions(StrictModel):
@@ -52,7 +56,7 @@ class NodePoolSpec(StrictModel):
     """A homogeneous pool of GPU nodes in one cell."""
 
     name: Name
-    nodes: Annotated[int, Field(ge=0, le=100_000)]
+    nodes: Annotated[int, Field(ge=0, le=MAX_NODES)]
     gpu: Literal["H100", "H200", "A100", "B200"] = "H100"
     gpus_per_node: Annotated[int, Field(ge=1, le=16)] = 8
     role: Literal["serving", "training"] = "serving"
@@ -65,7 +69,7 @@ class CellSpec(StrictModel):
 
     name: Name
     node_pools: list[NodePoolSpec]
-    replicas: dict[str, Annotated[int, Field(ge=0)]] = {}
+    replicas: dict[str, Annotated[int, Field(ge=0, le=MAX_REPLICAS)]] = {}
 
 
 class RegistrySpec(StrictModel):
@@ -87,7 +91,7 @@ class RegistrySpec(StrictModel):
 class CapacitySpec(StrictModel):
     """Spare GPU nodes the region can scale into (the autoscaler's headroom)."""
 
-    spare_nodes: Annotated[int, Field(ge=0)] = 0
+    spare_nodes: Annotated[int, Field(ge=0, le=MAX_NODES)] = 0
     node_provision_s: PositiveFloat = 300.0  # from request to node Ready
 
 
@@ -194,14 +198,15 @@ class DemandEventSpec(StrictModel):
     region: Name
     at_s: Annotated[float, Field(ge=0)]
     duration_s: PositiveFloat
-    multiplier: PositiveFloat
+    multiplier: Annotated[float, Field(gt=0, le=1_000)]
     tenant: Name | None = None
 
 
 class ProductSpec(StrictModel):
     name: Name
     model: Name
-    peak_rps: dict[str, Annotated[float, Field(ge=0)]]  # region -> requests/s at the daily peak
+    # region -> requests/s at the daily peak
+    peak_rps: dict[str, Annotated[float, Field(ge=0, le=10_000_000)]]
     diurnal_amplitude: Fraction = 0.4  # trough = peak x (1 - amplitude)
     peak_hour_utc: dict[str, Annotated[float, Field(ge=0, lt=24)]] = {}
     noise: Annotated[float, Field(ge=0, le=1)] = 0.03  # multiplicative, per minute
@@ -213,7 +218,7 @@ class TenantSpec(StrictModel):
     name: Name
     tier: Literal["paid", "free"]
     share: Fraction  # share of each product's demand
-    sandboxes: Annotated[int, Field(ge=0)] = 0
+    sandboxes: Annotated[int, Field(ge=0, le=100_000)] = 0
 
 
 class JobSetSpec(StrictModel):
@@ -222,7 +227,7 @@ class JobSetSpec(StrictModel):
     name: Name
     region: Name
     cell: Name
-    nodes: Annotated[int, Field(ge=1)]
+    nodes: Annotated[int, Field(ge=1, le=MAX_NODES)]
     queue: Name = "research-h100"
     checkpoint_interval_s: PositiveFloat = 1800.0
     restart_cost_s: PositiveFloat = 600.0
@@ -233,7 +238,7 @@ class XidRateSpec(StrictModel):
 
     kind: Literal["xid", "ecc_dbe", "row_remap_pending", "link_flap", "thermal", "pcie_replay"]
     xid: int | None = None
-    per_1000_node_days: Annotated[float, Field(ge=0)]
+    per_1000_node_days: Annotated[float, Field(ge=0, le=100_000)]  # 100 a node a day at most
 
     @model_validator(mode="after")
     def _xid_needs_code(self) -> XidRateSpec:
@@ -273,7 +278,7 @@ REMEDIABLE_KINDS: frozenset[str] = frozenset(
 class FaultsSpec(StrictModel):
     background: list[XidRateSpec] = Field(default_factory=_default_fault_rates)
     phantom_xid_exporter_versions: list[str] = []  # DCGM exporter versions that emit phantom XIDs
-    phantom_xid_per_node_hour: Annotated[float, Field(ge=0)] = 0.6
+    phantom_xid_per_node_hour: Annotated[float, Field(ge=0, le=60)] = 0.6
     phantom_xid: int = 79
 
 
@@ -309,7 +314,8 @@ class FleetSpec(StrictModel):
     tenants: list[TenantSpec] = []
     training: list[JobSetSpec] = []
     faults: FaultsSpec = FaultsSpec()
-    routes: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = {}  # model -> cell -> weight
+    # model -> cell -> weight
+    routes: dict[str, dict[str, Annotated[int, Field(ge=0, le=1_000_000)]]] = {}
     services: list[ServiceSpec] = []  # dependencies and where they live (optional)
 
     @field_validator("models", "regions", "products")
@@ -332,6 +338,7 @@ class FleetSpec(StrictModel):
                 for m in c.replicas:
                     if m not in models:
                         raise ValueError(f"cell '{c.name}' has replicas of unknown model '{m}'")
+                _replicas_fit(c, {m.name: m.tp for m in self.models})
             if r.replicate_from is not None and r.replicate_from not in regions:
                 raise ValueError(f"region '{r.name}' replicates from unknown '{r.replicate_from}'")
         for p in self.products:
@@ -364,3 +371,14 @@ class FleetSpec(StrictModel):
         if self.tenants and abs(share - 1.0) > 1e-6:
             raise ValueError(f"tenant shares must add up to 1 (they add up to {share:g})")
         return self
+
+
+def _replicas_fit(cell: CellSpec, tp: dict[str, int]) -> None:
+    """A cell's initial replicas fit on its serving GPUs (each replica takes ``tp`` of them)."""
+    gpus = sum(p.nodes * p.gpus_per_node for p in cell.node_pools if p.role == "serving")
+    wanted = sum(n * tp[m] for m, n in cell.replicas.items() if m in tp)
+    if wanted > gpus:
+        raise ValueError(
+            f"cell '{cell.name}' cannot hold its replicas: they need {wanted:,} GPUs, its serving "
+            f"pools have {gpus:,}"
+        )

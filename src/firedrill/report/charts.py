@@ -11,6 +11,7 @@ import html
 import math
 from collections.abc import Callable, Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
 from firedrill.detect.compare import (
@@ -89,7 +90,7 @@ def _budget_cell(s: StrategyScore) -> str:
 def render_table(result: CompareResult) -> Table:
     """One row per strategy with the measures the workbook compares them by."""
     table = Table(
-        title=(
+        title=escape(  # names from the spec are text, never Rich markup
             f"Alerting strategies on {result.objective.name} "
             f"({result.objective.target:.3%} over {format_duration(result.period_s)}), "
             f"cell {result.cell}, seed {result.seed}"
@@ -114,7 +115,7 @@ def render_table(result: CompareResult) -> Table:
         got, n = s.detected("blip")
         table.add_row(
             str(s.strategy.number),
-            s.strategy.title,
+            escape(s.strategy.title),
             *(_detected_cell(s, k) for k in _DETECTED),
             f"{got}/{n}",
             format_duration(s.mean_reset_time_s),
@@ -245,7 +246,7 @@ def render_html(result: CompareResult) -> str:
     strategies_rows = [
         [
             str(s.strategy.number),
-            s.strategy.title,
+            escape(s.strategy.title),
             *(_detected_cell(s, k) for k in _DETECTED),
             "{}/{}".format(*s.detected("blip")),
             format_duration(s.mean_reset_time_s),
@@ -270,7 +271,7 @@ def render_html(result: CompareResult) -> str:
     rules_rows = [
         [
             str(s.strategy.number),
-            s.strategy.title,
+            escape(s.strategy.title),
             "; ".join(
                 f"{r.severity}: {r.name}" + (f" for {r.for_}" if r.for_s else "")
                 for r in s.strategy.rules

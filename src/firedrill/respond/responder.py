@@ -101,7 +101,7 @@ from firedrill.respond.suspects import (
 )
 
 Mode = Literal["advise", "auto"]
-Duration = Annotated[str, Field(pattern=r"^[0-9]+(s|m|h|d)$")]
+Duration = Annotated[str, Field(pattern=r"^[0-9]{1,9}(s|m|h|d)$")]
 DECLARED_ALERT = "IncidentDeclared"
 REGION_CELL = "region:"  # region-scoped incidents carry cell="region:<name>"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # day zero of a run's clock, for "due 04:15 UTC" lines

@@ -35,7 +35,7 @@ from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.respond.severity import severity_for
 from firedrill.scenario.chains import Chain, ChainSources, trace_chains
 from firedrill.scenario.command import symptom_kind
-from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
+from firedrill.scenario.spec import ScenarioSpec, TimelineEntry
 
 ProgressFn = Callable[[float], None]
 
@@ -59,22 +59,15 @@ class ScenarioRun:
 
 def expand(entry: TimelineEntry, world: ScenarioWorld) -> list[ops.Operation]:
     """The operations one timeline entry stands for (a cell expands over its nodes)."""
-    cls = OPERATIONS[entry.op]
     if entry.cell is None:
-        one: ops.Operation = cls(**_coerce(entry.args))
-        return [one]
+        return [entry.operation()]
     nodes = [
         v.name
         for v in world.node_views(cell=entry.cell)
         if entry.pool is None or v.pool == entry.pool
     ]
     count = max(1, round(len(nodes) * entry.share))
-    many: list[ops.Operation] = [cls(node=n, **_coerce(entry.args)) for n in nodes[:count]]
-    return many
-
-
-def _coerce(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
+    return [entry.operation(node=n) for n in nodes[:count]]
 
 
 def run_scenario(

@@ -22,7 +22,7 @@ from firedrill.detect.slo import duration_s
 if TYPE_CHECKING:
     from firedrill.scenario.run import ScenarioRun
 
-DurationText = Annotated[str, Field(pattern=r"^[0-9]+(s|m|h|d)$")]
+DurationText = Annotated[str, Field(pattern=r"^[0-9]{1,9}(s|m|h|d)$")]
 
 
 class SeriesCheck(BaseModel):

@@ -13,9 +13,18 @@ import dataclasses
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from firedrill.detect.slo import duration_s
+from firedrill.drill.wire import WireError, from_wire
+from firedrill.model import bounds
 from firedrill.model import operations as ops
 from firedrill.model.spec import NAME_RE
 from firedrill.respond.responder import ResponderPolicy
@@ -31,12 +40,15 @@ OPERATIONS: dict[str, type[Any]] = {
 }
 
 
+_EXPANDED_NODE = "node-of-the-cell"  # stands in for each node a 'cell' entry expands to
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TimelineEntry(_Strict):
-    at: Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h|d)$")]
+    at: Annotated[str, Field(pattern=r"^[0-9]{1,9}(ms|s|m|h|d)$")]
     op: str
     args: dict[str, Any] = {}
     cell: str | None = None  # expand a node operation over this cell's nodes
@@ -52,7 +64,7 @@ class TimelineEntry(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _args_fit(self) -> TimelineEntry:
+    def _args_fit(self, info: ValidationInfo) -> TimelineEntry:
         fields = {f.name for f in dataclasses.fields(OPERATIONS[self.op])}
         unknown = set(self.args) - fields
         if unknown:
@@ -61,7 +73,28 @@ class TimelineEntry(_Strict):
             )
         if self.cell is not None and "node" not in fields:
             raise ValueError(f"'cell' expands node operations only; {self.op} has no 'node'")
+        # A spec read from a file (``specfile`` passes a context) is typed and bounded now, so a
+        # wrong type or a NaN is refused at load, not mid-run; an entry built in code to label an
+        # operation it already holds (a drill's chain report) has no args to check.
+        if info.context is not None:
+            self.operation(node=_EXPANDED_NODE if self.cell is not None else None)
         return self
+
+    def operation(self, node: str | None = None) -> ops.Operation:
+        """The typed operation (``node`` fills in a node of a cell-expanded entry).
+
+        ``ValueError`` naming the argument when ``args`` do not fit the operation's fields
+        (type, presence) or its bounds (finite, in range: ``firedrill.model.bounds``).
+        """
+        args = dict(self.args) if node is None else {**self.args, "node": node}
+        try:
+            op: ops.Operation = from_wire(OPERATIONS[self.op], args, self.op)
+        except WireError as exc:
+            raise ValueError(f"args: {exc}") from None
+        found = bounds.problems(op)
+        if found:
+            raise ValueError(f"args: {'; '.join(found)}")
+        return op
 
     @property
     def at_s(self) -> float:
@@ -148,8 +181,8 @@ class ScenarioSpec(_Strict):
     policy: str | None = None  # path; None: the default policy
     policy_overrides: dict[str, Any] = {}
     fleet_overrides: dict[str, Any] = {}
-    seed: int = 0
-    duration: Annotated[str, Field(pattern=r"^[0-9]+(s|m|h|d)$")]
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    duration: Annotated[str, Field(pattern=r"^[0-9]{1,9}(s|m|h|d)$")]
     timeline: list[TimelineEntry] = []
     expect: list[Check] = []
     training_runbook: bool = True  # run the hang runbook on stalled JobSets

@@ -12,7 +12,14 @@ text. ``verify`` walks the chain in ``seq`` order and reports the first record t
 * a removed record: a gap in ``seq``, and the next record's ``prev_hash`` links to nothing;
 * reordered records (``seq`` values swapped): ``seq`` is hashed, so both hashes break;
 * records removed from the end leave a shorter but consistent chain: keep the ``head`` somewhere
-  else (a ticket, a log line, a second database) and pass it back as ``verify``'s ``anchor``.
+  else (a ticket, a log line, a second database) and pass it back as ``verify``'s ``anchor``;
+* a row that cannot be read back (its JSON broken, a number stored as bytes, a column of the
+  wrong type) is reported like an edited one: it is evidence of tampering, not a reason to stop.
+
+An anchor is the only defence against removing the whole log, or its newest records: an empty
+log is a consistent chain of zero records. ``firedrill audit head`` prints the anchor to keep
+(``seq`` and ``hash``), and ``firedrill audit verify --expect-head HASH --expect-count N``
+checks the log against it.
 
 This module has no function that updates or deletes a record. On PostgreSQL the migration also
 installs a trigger that raises on UPDATE, DELETE and TRUNCATE of ``audit_log``, so a mistake or a
@@ -27,11 +34,13 @@ unique ``prev_hash`` would refuse a fork anyway.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import String, select, type_coerce
 from sqlalchemy.orm import Session
 
 from firedrill.store import validate
@@ -139,15 +148,24 @@ def records(session: Session, *, after_seq: int = 0, limit: int = 100) -> Sequen
         return session.scalars(query).all()
 
 
-def verify(session: Session, *, anchor: ChainHead | None = None) -> VerifyResult:
-    """Walk the whole chain; report the first record that was edited, removed or moved."""
+def verify(
+    session: Session, *, anchor: ChainHead | None = None, expect_count: int | None = None
+) -> VerifyResult:
+    """Walk the whole chain; report the first record that was edited, removed or moved.
+
+    ``anchor`` (a head kept outside the database) and ``expect_count`` (how many records the log
+    held when it was last seen) catch records removed from the end, the whole log included.
+    ``anchor.seq`` may be 0 when only the hash is known: the record with that hash is looked up.
+    """
+    # The JSON column is read as its stored text, so a row whose JSON is broken is reported as
+    # tampered rather than failing inside the driver (PostgreSQL hands back parsed JSON).
     columns = (
         AuditRecord.seq,
         AuditRecord.at_s,
         AuditRecord.actor,
         AuditRecord.action,
         AuditRecord.subject,
-        AuditRecord.data,
+        type_coerce(AuditRecord.data, String).label("data"),
         AuditRecord.prev_hash,
         AuditRecord.hash,
     )
@@ -158,6 +176,14 @@ def verify(session: Session, *, anchor: ChainHead | None = None) -> VerifyResult
         total = seen if bad is None else _count_rest(rows, seen)
     if bad is not None:
         return VerifyResult(ok=False, records=total, first_bad_seq=bad[0], problem=bad[1])
+    if expect_count is not None and total < expect_count:
+        return VerifyResult(
+            ok=False,
+            records=total,
+            first_bad_seq=total + 1,
+            problem=f"the log holds {total} records but {expect_count} were expected: "
+            "records were removed from its end",
+        )
     if anchor is not None:
         with mapped_errors("cannot read the audit log"):
             bad = _against_anchor(session, anchor, total)
@@ -166,43 +192,75 @@ def verify(session: Session, *, anchor: ChainHead | None = None) -> VerifyResult
     return VerifyResult(ok=True, records=total)
 
 
+_TEXT_FIELDS = ("actor", "action", "subject", "prev_hash", "hash")
+
+
+def _readable(row: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The row's fields as the chain hashes them, or why they cannot be (a broken row)."""
+    if isinstance(row.seq, bool) or not isinstance(row.seq, int):
+        return None, f"seq is not an integer ({type(row.seq).__name__})"
+    at_s = row.at_s
+    if isinstance(at_s, bool) or not isinstance(at_s, int | float) or not math.isfinite(at_s):
+        return None, f"at_s is not a finite number ({type(at_s).__name__})"
+    for name in _TEXT_FIELDS:
+        if not isinstance(getattr(row, name), str):
+            return None, f"{name} is not text ({type(getattr(row, name)).__name__})"
+    data = row.data
+    if isinstance(data, bytes | str):
+        try:
+            data = json.loads(data)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return None, "data is not valid JSON"
+    if not isinstance(data, dict):
+        return None, f"data is not a JSON object ({type(data).__name__})"
+    fields = {name: getattr(row, name) for name in _TEXT_FIELDS}
+    return {"seq": row.seq, "at_s": float(at_s), "data": data, **fields}, None
+
+
 def _walk(rows: Iterable[Any]) -> tuple[int, tuple[int, str] | None]:
     """Check rows in seq order; return how many were read and the first (seq, problem), if any."""
     expected_seq = 1
     prev_hash = GENESIS
     seen = 0
-    for row in rows:
+    for raw in rows:
         seen += 1
-        if row.seq != expected_seq:
-            if row.seq > expected_seq:
+        row, broken = _readable(raw)
+        if row is None:
+            return seen, (
+                expected_seq,
+                f"record {expected_seq} cannot be read back ({broken}): it was edited",
+            )
+        seq = row["seq"]
+        if seq != expected_seq:
+            if seq > expected_seq:
                 return seen, (
                     expected_seq,
-                    f"record {expected_seq} is missing (the next record is {row.seq}): "
+                    f"record {expected_seq} is missing (the next record is {seq}): "
                     "records were removed or renumbered",
                 )
-            return seen, (row.seq, f"seq {row.seq} is out of order (expected {expected_seq})")
-        if row.prev_hash != prev_hash:
-            before = "the genesis value" if row.seq == 1 else f"record {row.seq - 1}'s hash"
+            return seen, (seq, f"seq {seq} is out of order (expected {expected_seq})")
+        if row["prev_hash"] != prev_hash:
+            before = "the genesis value" if seq == 1 else f"record {seq - 1}'s hash"
             return seen, (
-                row.seq,
+                seq,
                 f"prev_hash does not match {before}: a record before it was removed, "
                 "reordered or edited",
             )
         computed = record_hash(
-            row.prev_hash,
-            seq=row.seq,
-            at_s=row.at_s,
-            actor=row.actor,
-            action=row.action,
-            subject=row.subject,
-            data=row.data,
+            row["prev_hash"],
+            seq=seq,
+            at_s=row["at_s"],
+            actor=row["actor"],
+            action=row["action"],
+            subject=row["subject"],
+            data=row["data"],
         )
-        if computed != row.hash:
+        if computed != row["hash"]:
             return seen, (
-                row.seq,
+                seq,
                 "hash does not match the record's contents: the record was edited or moved",
             )
-        prev_hash = row.hash
+        prev_hash = row["hash"]
         expected_seq += 1
     return seen, None
 
@@ -212,6 +270,17 @@ def _count_rest(rows: Iterable[Any], seen: int) -> int:
 
 
 def _against_anchor(session: Session, anchor: ChainHead, total: int) -> tuple[int, str] | None:
+    if anchor.seq <= 0 and anchor.hash == GENESIS:  # anchored while the log was empty
+        return None
+    if anchor.seq <= 0:  # only the hash is known: the record holding it must still be there
+        seq = session.scalar(select(AuditRecord.seq).where(AuditRecord.hash == anchor.hash))
+        if seq is None:
+            return (
+                total + 1,
+                f"no record has the anchored hash {anchor.hash[:16]}…: the record it names "
+                "(and perhaps those after it) was removed or edited",
+            )
+        return None
     if anchor.seq > total:
         return (
             total + 1,

@@ -20,10 +20,18 @@ log without waiting for the disk (a power cut may lose the last commits, never c
 and readers such as ``audit verify`` do not block the writer. That makes a transaction per alert
 affordable (see BENCHMARKS.md). WAL needs a local file system; the ``-wal`` and ``-shm`` files
 next to the database belong to it.
+
+Read-only commands open SQLite with ``mode=ro`` and never migrate. Even so, a reader of a WAL
+database has to create the ``-shm`` file next to it; on a read-only file system (a mounted
+snapshot, evidence copied onto read-only media) it cannot. When the directory is not writable
+and no ``-shm`` exists, the store is opened ``immutable``: SQLite then reads the database file
+alone, which holds every commit unless a ``-wal`` file with content sits next to it (a writer
+that did not close cleanly); that case is refused with a message rather than read incompletely.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +55,9 @@ DEFAULT_URL = DEFAULT_DB_URL
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another SQLite writer to finish
 PG_CONNECT_TIMEOUT_S = 10
+# The advisory lock every migration of a PostgreSQL store holds: an arbitrary 64-bit key that
+# no other firedrill lock uses.
+MIGRATION_LOCK_KEY = 0x1E5C0DE_F12ED211
 
 
 def parse_url(url: str) -> URL:
@@ -160,10 +171,22 @@ class Store:
             session.close()
 
     def migrate(self, revision: str = "head") -> None:
-        """Bring the schema up to ``revision`` (the latest by default); a no-op when it is there."""
+        """Bring the schema up to ``revision`` (the latest by default); a no-op when it is there.
+
+        Migrations of one store take turns: several processes started together on a fresh
+        database (three ``respond --db`` at once) would otherwise all create the same tables and
+        all but one fail on a duplicate key. On PostgreSQL a transaction-scoped advisory lock is
+        taken before Alembic reads the schema's revision, so the next migrator waits, then finds
+        the schema at head and does nothing. On SQLite the transaction starts with ``BEGIN
+        IMMEDIATE``, which takes the database's write lock up front to the same effect.
+        """
         cfg = alembic_config(self.url)
         try:
             with self.engine.begin() as connection:
+                if self.dialect == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+                    )
                 cfg.attributes["connection"] = connection
                 command.upgrade(cfg, revision)
         except (SQLAlchemyError, CommandError) as exc:
@@ -211,7 +234,7 @@ def open_store(url: str = DEFAULT_URL, *, read_only: bool = False) -> Store:
                 raise StoreError(f"no store at {database or 'memory'}: nothing was written there")
             # SQLite opens a URI filename with mode=ro read-only
             parsed = parsed.set(
-                database=Path(database).absolute().as_uri(), query={"mode": "ro", "uri": "true"}
+                database=Path(database).absolute().as_uri(), query=_read_only_query(Path(database))
             )
     else:
         connect_args = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
@@ -225,6 +248,22 @@ def open_store(url: str = DEFAULT_URL, *, read_only: bool = False) -> Store:
         _sqlite_transactions(engine, read_only=read_only)
     sessions = sessionmaker(engine, expire_on_commit=False)
     return Store(url=parsed, engine=engine, sessions=sessions, name=name)
+
+
+def _read_only_query(database: Path) -> dict[str, str]:
+    """URI parameters that open a SQLite file read-only, also where nothing can be written."""
+    query = {"mode": "ro", "uri": "true"}
+    shm = database.with_name(database.name + "-shm")
+    if os.access(database.parent, os.W_OK) or shm.exists():
+        return query  # the -shm file exists or can be created: an ordinary read-only reader
+    wal = database.with_name(database.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StoreError(
+            f"cannot read {database} here: its write-ahead log ({wal.name}) holds commits not "
+            "yet in the database file, and its directory is read-only; open it once where it "
+            "is writable (any firedrill command that reads it) or copy the three files"
+        )
+    return {**query, "immutable": "1"}  # nothing can change it from here: read the file alone
 
 
 def _sqlite_transactions(engine: Engine, *, read_only: bool) -> None:
