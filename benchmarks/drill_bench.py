@@ -49,6 +49,7 @@ def main() -> int:
     if rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
 
+    from firedrill.adapters.worlds import EMBEDDED
     from firedrill.drill.run import run_drill
     from firedrill.specfile import load_drill
 
@@ -60,7 +61,14 @@ def main() -> int:
 
     def once() -> tuple[float, float, str]:
         w, c = time.perf_counter(), time.process_time()
-        result = run_drill(loaded.spec, loaded.fleet, loaded.slo, loaded.policy, seed=args.seed)
+        result = run_drill(
+            loaded.spec,
+            loaded.fleet,
+            loaded.slo,
+            loaded.policy,
+            seed=args.seed,
+            make_world=EMBEDDED,
+        )
         return time.perf_counter() - w, time.process_time() - c, result.verdict
 
     once()  # warm-up

@@ -33,7 +33,9 @@ from typing import Any
 
 from twin_bench import machine_info
 
-from firedrill.drill.many import DrillJob, Executor, ProcessExecutor, SerialExecutor, run_many
+from firedrill.adapters.process_executor import ProcessExecutor
+from firedrill.adapters.worlds import EMBEDDED
+from firedrill.drill.many import DrillJob, Executor, SerialExecutor, run_many
 from firedrill.drill.run import run_drill
 from firedrill.specfile import load_drill
 
@@ -43,7 +45,7 @@ DRILL = ROOT / "examples" / "drills" / "l5-region-blackhole.yaml"
 
 def _job(path: Path) -> DrillJob:
     d = load_drill(path)
-    return DrillJob(d.spec, d.fleet, d.slo, d.policy, d.spec_sha256)
+    return DrillJob(d.spec, d.fleet, d.slo, d.policy, d.spec_sha256, make_world=EMBEDDED)
 
 
 def _executor(kind: str, workers: int) -> Executor:
@@ -129,10 +131,10 @@ AREAS = (
 
 def profile(path: Path, top: int) -> dict[str, Any]:
     job = _job(path)
-    run_drill(job.spec, job.fleet, job.slo, job.policy)  # warm-up
+    run_drill(job.spec, job.fleet, job.slo, job.policy, make_world=EMBEDDED)  # warm-up
     prof = cProfile.Profile()
     prof.enable()
-    run_drill(job.spec, job.fleet, job.slo, job.policy)
+    run_drill(job.spec, job.fleet, job.slo, job.policy, make_world=EMBEDDED)
     prof.disable()
     stats = pstats.Stats(prof)
     by_area: dict[str, float] = defaultdict(float)

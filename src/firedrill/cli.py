@@ -347,7 +347,11 @@ def twin_serve(
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    api = control_api(twin, lock, host=host, enabled=control, token_file=token_file)
+    try:
+        api = control_api(twin, lock, host=host, enabled=control, token_file=token_file)
+    except FiredrillError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_SPEC) from exc
     server = MetricsServer(
         render,
         host=host,
@@ -526,6 +530,7 @@ def respond(
     """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail."""
     if mode not in (None, "advise", "auto"):
         raise typer.BadParameter(f"--mode is advise or auto, not {mode!r}", param_hint="--mode")
+    from firedrill.adapters.worlds import EMBEDDED_SCENARIO
     from firedrill.scenario.expect import evaluate
     from firedrill.scenario.report import to_json
     from firedrill.scenario.run import run_scenario
@@ -544,6 +549,7 @@ def respond(
             fleet,
             slo,
             policy,
+            make_world=EMBEDDED_SCENARIO,
             progress=lambda t: progress.update(task, completed=t),
             mode="auto" if mode == "auto" else "advise" if mode == "advise" else None,
         )

@@ -55,17 +55,21 @@ def _load(path: Path) -> Any:
 # -- hooks (other modules provide them; each is one call site) -------------------------------------
 
 
-def _recover_leftovers(journal_dir: Path | None, quiet: bool, token_file: Path) -> bool:
+def _recover_leftovers(
+    journal_dir: Path | None, quiet: bool, token_file: Path, target: str | None = None
+) -> bool:
     """Revert what interrupted drills left behind before starting a new one (said only when
-    there was something to revert)."""
+    there was something to revert); only through this run's own ``--target``."""
     from firedrill.cli_ladder import recover_leftovers
 
     buffer = io.StringIO()
     out = Console(file=buffer, width=100)
-    ok = recover_leftovers(journal_dir, token_file=token_file, out=out)
+    ok = recover_leftovers(
+        journal_dir, target=target, token_file=token_file, out=out, must_match=True
+    )
     text = buffer.getvalue()
-    if not quiet and not text.startswith("nothing to recover"):
-        err.print(text, end="", highlight=False, markup=False)
+    if (not quiet or not ok) and not text.startswith("nothing to recover"):
+        err.print(text, end="", highlight=False, markup=False, soft_wrap=True)
     return ok
 
 
@@ -75,6 +79,7 @@ def _ladder_gate(db: str, spec: Any, run_by: str, override: str | None) -> bool:
     return ladder_gate(
         db, model=spec.target.model, rung=spec.rung, run_by=run_by,
         runbook_author=spec.runbook_author, override_reason=override,
+        require_closed_findings=spec.require_closed_findings,
     )  # fmt: skip
 
 
@@ -86,7 +91,7 @@ def _persist(
     return persist_run(
         db, report, model=spec.target.model, rung=spec.rung, run_by=run_by, started_at=started,
         at_s=float(report.get("end_s") or 0.0), runbook_author=spec.runbook_author,
-        override_reason=override,
+        override_reason=override, require_closed_findings=spec.require_closed_findings,
     )  # fmt: skip
 
 
@@ -197,7 +202,13 @@ def _print_result(r: dict[str, Any]) -> None:
         for col in ("check", "held", "detail"):
             t.add_column(col)
         for c in r["security_floor"]:
-            held = "[green]yes[/]" if c.get("passed") else "[bold red]NO[/]"
+            held = (
+                "[yellow]not exercised[/]"
+                if c.get("status") == "not_exercised"
+                else "[green]yes[/]"
+                if c.get("passed")
+                else "[bold red]NO[/]"
+            )
             t.add_row(str(c.get("check")), held, str(c.get("detail", ""))[:100])
         console.print(t)
     reverted = r["reverted"]
@@ -220,10 +231,11 @@ def _print_result(r: dict[str, Any]) -> None:
 @gameday_app.command("plan")
 def plan(drill: DrillArg) -> None:
     """Validate a drill and print its plan (what an L0 tabletop walks through); inject nothing."""
+    from firedrill.adapters.worlds import EMBEDDED
     from firedrill.drill.run import plan as drill_plan
 
     loaded = _load(drill)
-    _print_plan(drill_plan(loaded.spec, loaded.fleet))
+    _print_plan(drill_plan(loaded.spec, loaded.fleet, make_world=EMBEDDED))
 
 
 @gameday_app.command("run")
@@ -277,7 +289,7 @@ def run(
     ] = 1.0,
 ) -> None:
     """Run a game day; exit 0 passed, 1 failed, 3 aborted by a stop condition."""
-    from firedrill.drill.journal import Journal, default_directory
+    from firedrill.adapters.journal_file import Journal, default_directory
     from firedrill.drill.run import Jitter, SteadyStateError, run_drill
 
     loaded = _load(drill)
@@ -286,10 +298,11 @@ def run(
         spec = spec.model_copy(update={"run_by": run_by})
     who = spec.run_by or "unknown"
     if spec.rung == "L0":
+        from firedrill.adapters.worlds import EMBEDDED
         from firedrill.drill.run import plan as drill_plan
 
         if not quiet:
-            _print_plan(drill_plan(spec, loaded.fleet, seed=seed))
+            _print_plan(drill_plan(spec, loaded.fleet, make_world=EMBEDDED, seed=seed))
             console.print("[green]L0 tabletop[/]: plan validated, nothing injected")
         return
     if runs > 1:  # a sweep on embedded twins (cli_many): the summary replaces the run's outputs
@@ -304,7 +317,7 @@ def run(
             )
         )  # fmt: skip
     try:
-        if not _recover_leftovers(journal_dir, quiet, token_file):
+        if not _recover_leftovers(journal_dir, quiet, token_file, target):
             err.print("[bold red]refused:[/] an interrupted drill's leftovers are not reverted")
             raise typer.Exit(EXIT_REFUSED)
     except FiredrillError as exc:
@@ -312,13 +325,14 @@ def run(
         raise typer.Exit(EXIT_REFUSED) from exc
     if db is not None and not _ladder_gate(db, spec, who, override_reason):
         raise typer.Exit(EXIT_REFUSED)
-    world: Any = None
+    from firedrill.adapters.worlds import EMBEDDED, load_token, remote
+    from firedrill.ports import DrillWorld
+
+    world: DrillWorld | None = None
     target_name = "embedded"
     if target is not None:
-        from firedrill.adapters.remote_twin import RemoteTwin, load_token
-
         try:
-            world = RemoteTwin(target, load_token(token_file))
+            world = remote(target, load_token(token_file))
         except FiredrillError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(EXIT_SPEC) from exc
@@ -345,7 +359,8 @@ def run(
             task = progress.add_task(f"{spec.name} {spec.duration_cap}", total=cap)
             result = run_drill(
                 spec, loaded.fleet, loaded.slo, loaded.policy, seed=run_seed, journal=journal,
-                world=world, progress=lambda t: progress.update(task, completed=t),
+                world=world, make_world=EMBEDDED,
+                progress=lambda t: progress.update(task, completed=t),
                 spec_sha256=loaded.spec_sha256, jitter=Jitter(seed=run_seed) if jitter else None,
             )  # fmt: skip
     except SteadyStateError as exc:
@@ -375,8 +390,9 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
-    """Hook the ``gameday`` sub-app (with ``recover`` and ``ladder``) into the root app."""
-    from firedrill import cli_ladder
+    """Hook the ``gameday`` sub-app (recover, ladder, findings, land, next) into the root."""
+    from firedrill import cli_findings, cli_ladder
 
     cli_ladder.register(gameday_app)
+    cli_findings.register(gameday_app)
     app.add_typer(gameday_app, name="gameday")

@@ -40,7 +40,8 @@ TargetOption = Annotated[
     str | None,
     typer.Option(
         "--target",
-        help="Revert through this twin URL instead of the one each journal names.",
+        help="Revert through this twin URL (the control token is sent nowhere else; a journal's "
+        "own URL is never used).",
     ),
 ]
 TokenFileOption = Annotated[
@@ -58,23 +59,29 @@ def recover_leftovers(
     target: str | None = None,
     token_file: Path = DEFAULT_TOKEN_FILE,
     out: Console | None = None,
+    must_match: bool = False,
 ) -> bool:
-    """Recover every unfinished journal; print what was done; ``False`` if anything failed."""
+    """Recover every unfinished journal; print what was done; ``False`` if anything failed.
+
+    The token goes only to ``target`` (the user's), never to a URL a journal names; with
+    ``must_match`` only journals naming that same twin are recovered (``target_for``).
+    """
+    from firedrill.adapters.journal_file import JournalFiles, default_directory
     from firedrill.adapters.remote_twin import RemoteTwin, load_token
-    from firedrill.drill.journal import JournalHeader, default_directory
-    from firedrill.drill.recover import recover
+    from firedrill.drill.recover import recover, target_for
+    from firedrill.model.journal import JournalHeader
 
     out = out or console
     directory = journal_dir or default_directory()
     tokens: dict[str, str] = {}
 
     def world_for(header: JournalHeader) -> RemoteTwin:
-        url = target or header.target
+        url = target_for(header, target, must_match=must_match)
         if "token" not in tokens:
             tokens["token"] = load_token(token_file)
         return RemoteTwin(url, tokens["token"])
 
-    report = recover(directory, world_for)
+    report = recover(JournalFiles(directory), world_for)
     for state in report.live:
         out.print(
             f"[yellow]left alone[/] {state.path.name}: drill {state.header.drill} is still "
@@ -98,7 +105,7 @@ def recover_leftovers(
                 highlight=False,
             )
         if j.note:
-            out.print(f"  {j.note}", highlight=False)
+            out.print(f"  {j.note}", highlight=False, markup=False, soft_wrap=True)
     out.print(
         f"{report.reverted} injection(s) reverted in {len(report.journals)} journal(s)"
         + ("" if report.ok else "; some could not be reverted (see above), run recover again")
@@ -137,6 +144,7 @@ def ladder(
 ) -> None:
     """Per model: the highest rung passed, what may run next, last successful L5, warnings."""
     from firedrill.drill.ladder import RUNG_NAMES, gate, standings
+    from firedrill.store import findings as action_items
     from firedrill.store import ladder as stored
     from firedrill.store import open_store
 
@@ -144,6 +152,9 @@ def ladder(
     try:
         with open_store(db, read_only=True) as store, store.session() as session:
             history = stored.runs(session=session, model=model)
+            open_items = action_items.counts_by_model(
+                action_items.list_items(session=session, model=model, status="open")
+            )
     except FiredrillError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(EXIT_ERROR) from exc
@@ -151,12 +162,19 @@ def ladder(
         console.print("no drill results yet" + (f" for {model}" if model else ""))
         return
     table = Table(title="drill ladder")
-    for column in ("model", "highest passed", "may run up to", "runs", "L5"):
+    for column in ("model", "highest passed", "may run up to", "runs", "open items", "L5"):
         table.add_column(column)
     rows = standings(history, now)
     for s in rows:
         top = "-" if s.highest_passed is None else f"L{s.highest_passed}"
-        table.add_row(s.model, top, f"L{s.highest_allowed}", str(s.runs), s.last_l5)
+        table.add_row(
+            s.model,
+            top,
+            f"L{s.highest_allowed}",
+            str(s.runs),
+            str(open_items.get(s.model, 0)),
+            s.last_l5,
+        )
     console.print(table)
     if model is not None:
         detail = Table(title=f"{model}, rung by rung")
@@ -188,6 +206,7 @@ def ladder_gate(
     run_by: str,
     runbook_author: str | None = None,
     override_reason: str | None = None,
+    require_closed_findings: bool = False,
     out: Console | None = None,
 ) -> bool:
     """Before a run: may this rung run for this model? Prints the gate and rotation warnings.
@@ -209,6 +228,7 @@ def ladder_gate(
                     run_by=run_by,
                     runbook_author=runbook_author,
                     override_reason=override_reason,
+                    require_closed_findings=require_closed_findings,
                 )
     except FiredrillError as exc:
         out.print(f"[bold red]error:[/] {exc}")
@@ -234,9 +254,12 @@ def persist_run(
     at_s: float,
     runbook_author: str | None = None,
     override_reason: str | None = None,
+    require_closed_findings: bool = False,
     out: Console | None = None,
 ) -> bool:
-    """After a run: keep its result (who ran it, any override, in the audit log too)."""
+    """After a run: keep its result (who ran it, any override, in the audit log too) and track
+    its findings as action items."""
+    from firedrill.store import findings as action_items
     from firedrill.store import ladder as stored
     from firedrill.store import open_store
 
@@ -257,11 +280,20 @@ def persist_run(
                     started_at=started_at,
                     runbook_author=runbook_author,
                     override_reason=override_reason,
+                    require_closed_findings=require_closed_findings,
                 )
+                items = action_items.list_items(session=session, model=model, status="open")
     except (FiredrillError, KeyError) as exc:
         out.print(f"[bold red]error:[/] cannot store the drill result: {exc}")
         return False
     out.print(f"stored drill result {row.id} ({answer.gate.reason})", highlight=False)
+    raised = [i for i in items if i.last_result_id == row.id]
+    if raised:
+        out.print(
+            f"{len(raised)} finding(s) tracked as action items "
+            f"({len(items)} open for {model}): firedrill gameday findings --model {model}",
+            highlight=False,
+        )
     return True
 
 

@@ -53,7 +53,8 @@ class ExecutorKind(enum.StrEnum):
 def make_executor(kind: ExecutorKind, workers: int | None, ray_address: str | None) -> Executor:
     """The executor for ``--executor`` (Ray is imported only when asked for); one process
     worker runs in this process."""
-    from firedrill.drill.many import ProcessExecutor, SerialExecutor
+    from firedrill.adapters.process_executor import ProcessExecutor
+    from firedrill.drill.many import SerialExecutor
 
     if kind is ExecutorKind.ray:
         from firedrill.adapters.ray_executor import RayExecutor
@@ -172,7 +173,9 @@ def run_sweep(
     db: str | None = None,
 ) -> int:
     """Run the sweep and report it; returns the exit code."""
-    from firedrill.drill.many import DrillJob, run_many, usable_cpus
+    from firedrill.adapters.process_executor import usable_cpus
+    from firedrill.adapters.worlds import EMBEDDED
+    from firedrill.drill.many import DrillJob, run_many
 
     if target is not None or db is not None:
         raise typer.BadParameter(
@@ -182,7 +185,9 @@ def run_sweep(
     if not 0.0 <= min_pass_rate <= 1.0:
         raise typer.BadParameter("a rate between 0 and 1", param_hint="--min-pass-rate")
     ex = make_executor(executor, workers, ray_address)
-    job = DrillJob(spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256)
+    job = DrillJob(
+        spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256, make_world=EMBEDDED
+    )
     counts = {"passed": 0, "failed": 0, "aborted": 0, "refused": 0}
     where = ray_address or "local"
     n = workers or (min(usable_cpus(), runs) if executor is ExecutorKind.process else None)

@@ -3,9 +3,12 @@
 ``export evidence SCENARIO --out DIR`` runs the scenario on the twin (as ``respond`` does) and
 writes the evidence of each security incident (or only ``--incident ID``) into ``DIR/<id>/``:
 the proxy and gateway audit records of the window, the drops, the lever journal, the operations
-and the compensations, with a manifest of sha256s. Evidence is written once and read-only; a
-directory that already holds files is refused (exit 4) and nothing is overwritten.
-``audit evidence DIR`` checks such a directory against its manifest (exit 1 naming each problem).
+and the compensations, with a manifest of sha256s. Evidence is written once and read-only; an
+``--out`` that already holds files, or is a symbolic link, is refused before anything runs (exit
+4) and nothing is overwritten. With ``--key-file`` (or ``$FIREDRILL_EVIDENCE_KEY_FILE``) each
+bundle is signed (``SHA256SUMS.hmac``).
+``audit evidence DIR`` checks such a directory against its manifest (exit 1 naming each problem);
+with the key it checks the signature too, and without one it says the signature was not checked.
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ EXIT_INPUT = 4
 console = Console()
 err = Console(stderr=True)
 
+KeyFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-file",
+        envvar="FIREDRILL_EVIDENCE_KEY_FILE",
+        help="HMAC-SHA256 key (>= 32 bytes) that signs / checks SHA256SUMS.hmac.",
+    ),
+]
+
 
 def export_evidence(
     scenario: Annotated[Path, typer.Argument(help="Scenario spec (YAML).")],
@@ -32,9 +44,12 @@ def export_evidence(
         str | None, typer.Option(help="Only this incident (default: every security incident).")
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No table.")] = False,
+    key_file: KeyFileOption = None,
 ) -> None:
     """Run a scenario and preserve each security incident's evidence, read-only, with a manifest."""
-    from firedrill.adapters.evidence import write_bundle
+    from firedrill.adapters.evidence import load_key, refuse_unusable_out, write_bundle
+    from firedrill.adapters.worlds import EMBEDDED_SCENARIO
+    from firedrill.respond.evidence import sign_bundle
     from firedrill.scenario.run import run_scenario
     from firedrill.scenario.security_check import evidence_bundles
     from firedrill.specfile import load_scenario
@@ -44,13 +59,17 @@ def export_evidence(
     except SpecError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(EXIT_INPUT) from exc
-    if incident is not None:  # refused before anything runs
-        d = out / incident
-        if d.exists() and (not d.is_dir() or any(d.iterdir())):
-            err.print(f"[bold red]error:[/] {d} already holds files: evidence is written once")
-            raise typer.Exit(EXIT_INPUT)
+    try:  # refused before anything runs
+        refuse_unusable_out(out)
+        key = None if key_file is None else load_key(key_file)
+    except FiredrillError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INPUT) from exc
     # incidents need a responder's book; without a policy, one in advise mode keeps it
-    run = run_scenario(spec, fleet, slo, policy, mode="advise" if spec.responder is None else None)
+    run = run_scenario(
+        spec, fleet, slo, policy, make_world=EMBEDDED_SCENARIO,
+        mode="advise" if spec.responder is None else None,
+    )  # fmt: skip
     bundles = [b for b in evidence_bundles(run) if incident is None or b.incident == incident]
     if not bundles:
         what = f"incident {incident}" if incident else "security incident"
@@ -59,9 +78,9 @@ def export_evidence(
     for b in bundles:
         directory = out / b.incident
         try:
-            write_bundle(b, directory)
+            write_bundle(b if key is None else sign_bundle(b, key), directory)
         except FiredrillError as exc:
-            err.print(f"[bold red]error:[/] {exc}")
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INPUT) from exc
         if not quiet:
             counts = ", ".join(f"{f.name} {f.records}" for f in b.files if f.name.endswith("l"))
@@ -74,23 +93,38 @@ def export_evidence(
 
 def verify_evidence(
     directory: Annotated[Path, typer.Argument(help="An evidence directory (has SHA256SUMS).")],
+    key_file: KeyFileOption = None,
 ) -> None:
-    """Check preserved evidence against its manifest; exit 1 naming every problem."""
-    from firedrill.adapters.evidence import verify_dir
+    """Check preserved evidence against its manifest (and signature); exit 1 naming every
+    problem."""
+    from firedrill.adapters.evidence import load_key, verify_dir
+    from firedrill.respond.evidence import SIGNATURE
 
-    if not directory.is_dir():
-        err.print(f"[bold red]error:[/] {directory} is not a directory")
+    if not directory.is_dir() and not directory.is_symlink():
+        err.print(
+            f"error: {directory} is not a directory", markup=False, highlight=False, soft_wrap=True
+        )
         raise typer.Exit(EXIT_INPUT)
     try:
-        problems = verify_dir(directory)
+        key = None if key_file is None else load_key(key_file)
+        problems = verify_dir(directory, key=key)
     except FiredrillError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INPUT) from exc
     if problems:
         for p in problems:
-            err.print(f"[bold red]BAD[/] {p}")
+            err.print(f"BAD {p}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
-    console.print(f"[green]ok[/] evidence in {directory} verifies against its manifest")
+    console.print(f"ok: evidence in {directory} verifies against its manifest", markup=False)
+    if key is not None:
+        console.print(f"ok: {SIGNATURE} verifies with the key in {key_file}", markup=False)
+    elif (directory / SIGNATURE).exists():
+        console.print(
+            f"signature: not_exercised ({SIGNATURE} present; pass --key-file to check it)",
+            markup=False,
+        )
+    else:
+        console.print("signature: not_exercised (the evidence is not signed)", markup=False)
 
 
 def register(export_app: typer.Typer, audit_app: typer.Typer) -> None:

@@ -7,6 +7,7 @@
     ├── ExportError            a window or series selection cannot be exported
     ├── StoreError             the store refused a read or write, or cannot be reached
     ├── JournalError           a drill journal cannot be written, or a journal file is corrupt
+    ├── UnsafePathError        a file would be written through a link, or with loose modes
     └── RemoteWorldError       a remote twin refused a request or cannot be reached
 
 Adapters map third-party exceptions onto these and chain them with ``from exc``.
@@ -74,6 +75,11 @@ class StoreError(FiredrillError):
 
 class JournalError(FiredrillError):
     """A drill journal cannot be written, or a journal file is corrupt (names file and line)."""
+
+
+class UnsafePathError(FiredrillError):
+    """A secret or evidence file would be written through a symbolic link, over something that is
+    not a regular file, or where its modes would let others read or change it."""
 
 
 class RemoteWorldError(FiredrillError):

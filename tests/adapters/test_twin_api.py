@@ -30,6 +30,7 @@ from firedrill.errors import OperationError, RemoteWorldError, UnknownTargetErro
 from firedrill.model import operations as ops
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 FLEET = Path(__file__).resolve().parents[1] / "drill" / "fleet-small.yaml"
 TOKEN = "t" * 43
@@ -195,6 +196,31 @@ def test_the_token_file_is_private_and_fresh(tmp_path: Path) -> None:
         load_token(tmp_path / "absent", environ={})
 
 
+def test_the_token_file_is_never_written_through_a_link_or_into_a_directory(
+    tmp_path: Path,
+) -> None:
+    from firedrill.errors import UnsafePathError
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o644)
+    link = tmp_path / "twin-token"
+    link.symlink_to(victim)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        write_token_file(link)
+    assert victim.read_text() == "precious\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        write_token_file(dangling)
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        write_token_file(tmp_path / "dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "dir", "twin-token", "victim"]
+
+
 def test_the_api_is_on_by_default_only_on_loopback(tmp_path: Path) -> None:
     twin = Twin(load_fleet(FLEET), 0, record=False)
     lock = threading.Lock()
@@ -221,3 +247,49 @@ def test_competing_pullers_and_their_freeze_are_leftovers_until_undone(
     for inverse in reversed(undo):
         remote.apply(inverse)
     assert remote.injected() == []
+
+
+def test_the_world_ports_over_http_answer_what_the_embedded_adapter_answers(
+    served: tuple[Twin, RemoteTwin],
+) -> None:
+    """Capacity, digests and history: the served twin and ``TwinWorld`` agree, value for value."""
+    twin, remote = served
+    world = TwinWorld(twin)
+    node = twin.node_views(cell="use1-a")[0].name
+    remote.apply(ops.InjectDcgmField(node, 0, 230, 79.0))  # XID 79: the replica on it goes
+    remote.apply(ops.PromoteDigest("llm-70b", "us-east-1", "sha256:" + "c7" * 32))
+    remote.advance(300.0)
+    remote.settle()
+    models = sorted({rc.model for c in twin.cells() for rc in c.replicas})
+    for cell in (c.name for c in twin.cells()):
+        for model in models:
+            assert remote.max_rps_per_replica(model, cell) == world.max_rps_per_replica(model, cell)
+            assert remote.cold_cache_penalty(model, cell) == world.cold_cache_penalty(model, cell)
+    assert remote.capacity_errors() == world.capacity_errors()
+    for model in models:
+        assert remote.published(model) == list(world.published(model))
+    assert len(remote.published("llm-70b")) == 2
+    digest = remote.published("llm-70b")[-1].digest
+    assert remote.digest_record(digest) == world.digest_record(digest)
+    assert remote.digest_record("sha256:" + "00" * 32) is None
+    for region in sorted({c.region for c in twin.cells()}):
+        assert remote.serving_digests(region) == list(world.serving_digests(region))
+    assert remote.serving_digests("us-east-1")
+    assert remote.unsigned_replicas_admitted() == world.unsigned_replicas_admitted()
+    faults = remote.fault_events(since_s=0.0)
+    assert faults == list(world.fault_events(since_s=0.0))
+    assert any(f.node == node and f.label == "xid79" for f in faults)
+    moves = remote.replica_transitions(since_s=0.0)
+    assert moves == list(world.replica_transitions(since_s=0.0))
+    assert any(m.node == node and m.from_state == "ready" for m in moves)
+    assert remote.replica_transitions(since_s=200.0) == list(
+        world.replica_transitions(since_s=200.0)
+    )
+    with pytest.raises(UnknownTargetError):
+        remote.max_rps_per_replica("no-such-model", "use1-a")
+    with pytest.raises(UnknownTargetError):
+        remote.published("no-such-model")
+    with pytest.raises(UnknownTargetError):
+        remote.serving_digests("no-such-region")
+    with pytest.raises(RemoteWorldError, match="exactly one of 'model' or 'digest'"):
+        remote._call("GET", "/v1/digests")

@@ -306,3 +306,29 @@ def test_a_real_prometheus_scrapes_every_cell(twin: ServedTwin, prometheus: Prom
     assert cells == served
     up = prometheus.query(f'up{{job="{JOB}"}}')
     assert [series["value"][1] for series in up] == ["1"]
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_twin_serve_never_writes_its_token_through_a_planted_link(
+    tmp_path: Path, dangling: bool
+) -> None:
+    victim = tmp_path / "victim"
+    if not dangling:
+        victim.write_text("precious\n")
+    link = tmp_path / "state" / "twin-token"
+    link.parent.mkdir()
+    link.symlink_to(victim)
+    env = dict(os.environ, COLUMNS="200")
+    args = ["twin", "serve", str(FLEET_YAML), "--port", "0", "--speed", "60", "--hours", "0.01"]
+    done = subprocess.run(
+        [*firedrill_command(), *args, "--token-file", str(link)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 4, output
+    assert "symbolic link" in output
+    assert link.is_symlink()
+    if dangling:
+        assert not victim.exists()  # O_CREAT through a dangling link would have made it
+    else:
+        assert victim.read_text() == "precious\n"

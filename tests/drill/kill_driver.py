@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from firedrill.adapters.journal_file import Journal
 from firedrill.adapters.remote_twin import RemoteTwin, load_token
-from firedrill.drill.journal import Journal
 from firedrill.model import operations as ops
 
 

@@ -20,6 +20,7 @@ from firedrill.drill.spec import LoadedDrill
 from firedrill.model.series import Labels, labels_of
 from firedrill.specfile import load_drill
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld, embedded_world
 
 HERE = Path(__file__).parent
 BASE = HERE / "gameday-blackhole.yaml"
@@ -45,6 +46,7 @@ def _variant(tmp_path: Path, *edits: tuple[str, str], extra: str = "") -> Path:
 
 
 def _run(loaded: LoadedDrill, **kw: Any) -> DrillResult:
+    kw.setdefault("make_world", embedded_world)
     return run_drill(loaded.spec, loaded.fleet, loaded.slo, loaded.policy, **kw)
 
 
@@ -106,15 +108,30 @@ def test_failover_goes_through_the_levers_with_guards(blackhole: DrillResult) ->
 
 
 def test_every_injection_and_lever_is_reverted_at_the_cap(blackhole: DrillResult) -> None:
-    assert isinstance(blackhole.world, Twin)
+    assert isinstance(blackhole.world, TwinWorld)
     assert blackhole.report["reverted"]["all"] is True
-    assert _state(blackhole.world) == _baseline(load_drill(BASE))
+    assert _state(blackhole.world.twin) == _baseline(load_drill(BASE))
 
 
 def test_the_new_digest_waits_while_replication_is_paused(blackhole: DrillResult) -> None:
-    floor = {c["check"]: c["passed"] for c in blackhole.report["security_floor"]}
-    assert floor["survivor_serves_last_attested_digest"] is True
-    assert floor["ready_gate_refuses_unlanded_digest"] is True
+    floor = {c["check"]: c for c in blackhole.report["security_floor"]}
+    assert floor["survivor_serves_last_attested_digest"]["passed"] is True
+    gate = floor["ready_gate_refuses_unlanded_digest"]
+    assert (gate["status"], gate["passed"]) == ("passed", True)
+    assert "refused" in str(gate["detail"])  # a survivor really tried, and the gate held
+
+
+def test_a_ready_gate_nothing_tried_is_not_exercised_not_passed(tmp_path: Path) -> None:
+    path = _variant(tmp_path, (",\n     survivor_attempt: true}", "}"))
+    r = _run(load_drill(path)).report
+    floor = {c["check"]: c for c in r["security_floor"]}
+    gate = floor["ready_gate_refuses_unlanded_digest"]
+    assert gate["status"] == "not_exercised"
+    assert gate["passed"] is None  # not a pass, and not a failure either
+    assert "nothing tried to run" in str(gate["detail"])
+    assert "survivor_attempt" in str(gate["hint"])  # how this drill could exercise it
+    assert not any("ready_gate_refuses_unlanded_digest" in f["text"] for f in r["findings"])
+    assert floor["survivor_serves_last_attested_digest"]["status"] == "passed"
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
@@ -153,8 +170,8 @@ def test_a_stop_condition_reverts_everything_and_aborts(tmp_path: Path) -> None:
     assert [s["name"] for s in fired] == ["primary-5xx"]
     assert fired[0]["at_s"] < 200.0  # right after the blackhole, not at the cap
     assert r["reverted"]["all"] is True
-    assert isinstance(result.world, Twin)
-    assert _state(result.world) == _baseline(loaded)
+    assert isinstance(result.world, TwinWorld)
+    assert _state(result.world.twin) == _baseline(loaded)
 
 
 def test_the_cli_exits_3_on_abort_and_1_on_a_missed_rto(tmp_path: Path) -> None:
@@ -220,7 +237,7 @@ def test_steady_state_refuses_before_anything_is_injected(tmp_path: Path) -> Non
     loaded = load_drill(path)
     world = _Hot(loaded.fleet, 3)
     with pytest.raises(SteadyStateError) as info:
-        _run(loaded, world=world)
+        _run(loaded, world=TwinWorld(world))
     assert "already true" in str(info.value)
     assert world.t == pytest.approx(120.0)  # stopped at T0
     assert not world.partitions
@@ -250,7 +267,11 @@ def test_a_bad_digest_is_denied_in_every_region(tmp_path: Path) -> None:
             "{at: 2m, kind: region_blackhole, region: us-east-1, duration: 3h}",
             "{at: 2m, kind: bad_digest, model: llm-70b, region: us-east-1, duration: 6m}",
         ),
-        ("  - {at: 4m, kind: new_digest_during_pause, model: llm-70b, region: us-east-1}\n", ""),
+        (
+            "  - {at: 4m, kind: new_digest_during_pause, model: llm-70b, region: us-east-1,\n"
+            "     survivor_attempt: true}\n",
+            "",
+        ),
         ("  - {at: 3m, kind: bad_digest, model: llm-70b, region: us-east-1, duration: 5m}\n", ""),
         ("rung: L5", "rung: L4"),
         ("duration_cap: 15m", "duration_cap: 10m"),
@@ -278,6 +299,12 @@ def test_the_l5_example_passes_within_its_10_minute_rto(l5: DrillResult) -> None
     assert r["rto"]["measured_s"] <= 600.0
     assert all(h["passed"] for h in r["hypothesis"])
     assert all(c["passed"] for c in r["security_floor"])
+    assert all(c["status"] == "passed" for c in r["security_floor"])
+    gate = next(
+        c for c in r["security_floor"] if c["check"] == "ready_gate_refuses_unlanded_digest"
+    )
+    assert "refused" in str(gate["detail"])
+    assert "us-west-2" in str(gate["detail"])
     assert r["findings"], "a realistic pass still has findings"
     assert all(f["owner"] for f in r["findings"])
     charts = r["charts"]
@@ -318,6 +345,8 @@ INJECTIONS = {
     "kill": "  - {at: 2m, kind: replica_kill, cell: use1-a, count: 2}\n",
     "storm": "  - {at: 2m, kind: hydrate_storm, cell: use1-a, percent: 50, max_surge: 25}\n",
     "newdigest": "  - {at: 3m, kind: new_digest_during_pause, model: llm-70b, region: us-east-1}\n",
+    "tried": "  - {at: 3m, kind: new_digest_during_pause, model: llm-70b, region: us-east-1, "
+    "survivor_attempt: true}\n",
 }
 
 
@@ -359,9 +388,9 @@ def test_after_any_abort_nothing_is_left_injected(
     path = tmp_path / f"prop-{abort_at}-{'-'.join(sorted(chosen))}.yaml"
     path.write_text(head + "injections:\n" + body)
     loaded = load_drill(path)
-    world = _Abort(loaded.fleet, 3, hours_hint=0.2)
-    world.abort_at = float(abort_at)
-    result = _run(loaded, world=world)
+    twin = _Abort(loaded.fleet, 3, hours_hint=0.2)
+    twin.abort_at = float(abort_at)
+    result = _run(loaded, world=TwinWorld(twin))
     assert result.report["verdict"] == "aborted"
     assert result.report["reverted"]["all"] is True
-    assert _state(world) == _baseline(loaded)
+    assert _state(twin) == _baseline(loaded)

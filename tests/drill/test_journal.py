@@ -11,15 +11,8 @@ from typing import Any, Literal
 
 import pytest
 
-from firedrill.drill.journal import (
-    OPERATIONS,
-    Journal,
-    decode_op,
-    default_directory,
-    encode_op,
-    pending,
-    read,
-)
+from firedrill.adapters.journal_file import Journal, default_directory, pending, read
+from firedrill.drill.journal import OPERATIONS, decode_op, encode_op
 from firedrill.errors import JournalError
 from firedrill.model import operations as ops
 

@@ -110,6 +110,16 @@ def test_rotation_warnings() -> None:
     assert "worst tester" in author
 
 
+def test_rotation_compares_people_canonically() -> None:
+    history = [run(3, day=1, by="alice"), run(3, day=2, by="Bob ")]
+    (same,) = rotation_warnings(history, model="llm-70b", rung=3, run_by="bob")
+    assert "last time too" in same
+    (author,) = rotation_warnings(
+        history, model="llm-70b", rung=3, run_by="carol", runbook_author="CAROL"
+    )
+    assert "wrote the runbook" in author
+
+
 def test_standings_per_model() -> None:
     history = [
         run(0, day=1, by="alice"),

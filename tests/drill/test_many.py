@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from firedrill.adapters.process_executor import ProcessExecutor
 from firedrill.cli import app
 from firedrill.drill.many import (
     DrillJob,
-    ProcessExecutor,
     RunOutcome,
     SerialExecutor,
     distribution,
@@ -29,6 +29,7 @@ from firedrill.drill.report import render_many_html, render_many_markdown
 from firedrill.drill.run import Jitter, run_drill
 from firedrill.errors import FiredrillError
 from firedrill.specfile import load_drill
+from firedrill.twin.world import embedded_world
 
 DRILL = Path(__file__).parent / "many" / "drill.yaml"  # a 15-minute L5 drill on a 12-node fleet
 RUNS, SEED = 4, 3
@@ -37,7 +38,7 @@ RUNS, SEED = 4, 3
 @pytest.fixture(scope="module")
 def job() -> DrillJob:
     d = load_drill(DRILL)
-    return DrillJob(d.spec, d.fleet, d.slo, d.policy, d.spec_sha256)
+    return DrillJob(d.spec, d.fleet, d.slo, d.policy, d.spec_sha256, make_world=embedded_world)
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +169,7 @@ def test_runs_that_did_not_pass_rerun_alone_to_the_same_verdict(
     for row in bad:
         seed = row["seed"]
         alone = run_drill(job.spec, job.fleet, job.slo, job.policy, seed=seed,
-                          jitter=Jitter(seed=seed)).report  # fmt: skip
+                          jitter=Jitter(seed=seed), make_world=embedded_world).report  # fmt: skip
         swept = serial["results"][row["index"]]
         assert alone["verdict"] == swept["verdict"] == row["verdict"]
         assert alone["rto"]["measured_s"] == swept["measured_s"]

@@ -8,22 +8,25 @@ in-process against an embedded twin standing in for the remote world.
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from firedrill.adapters.journal_file import Journal, JournalFiles, pending, read
 from firedrill.adapters.remote_twin import RemoteTwin, load_token
-from firedrill.drill.journal import Journal, JournalHeader, pending, read
 from firedrill.drill.recover import RevertWorld, recover
 from firedrill.errors import OperationError, RemoteWorldError
 from firedrill.model import operations as ops
+from firedrill.model.journal import JournalHeader
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
 
@@ -146,7 +149,7 @@ def test_a_drill_killed_mid_run_leaves_nothing_behind_after_recover(
 
     recovered = subprocess.run(
         [*firedrill_command(), "gameday", "recover", "--journal-dir", str(journals),
-         "--token-file", str(token_file)],
+         "--target", url, "--token-file", str(token_file)],
         capture_output=True, text=True, env=_env(), timeout=60, check=False,
     )  # fmt: skip
     output = recovered.stdout + recovered.stderr
@@ -163,7 +166,7 @@ def test_a_drill_killed_mid_run_leaves_nothing_behind_after_recover(
 
     again = subprocess.run(
         [*firedrill_command(), "gameday", "recover", "--journal-dir", str(journals),
-         "--token-file", str(token_file)],
+         "--target", url, "--token-file", str(token_file)],
         capture_output=True, text=True, env=_env(), timeout=60, check=False,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
@@ -217,7 +220,7 @@ def test_recovery_reverts_newest_first_and_finishes_the_journal(twin: Twin, tmp_
         seen.append(header)
         return twin
 
-    report = recover(tmp_path, world_for)
+    report = recover(JournalFiles(tmp_path), world_for)
     assert report.ok
     assert report.reverted == 4
     assert [h.target for h in seen] == ["http://w"]
@@ -230,7 +233,7 @@ def test_recovery_reverts_newest_first_and_finishes_the_journal(twin: Twin, tmp_
     ]
     assert _clean(twin)
     assert read(journal.path).verdict == "recovered"
-    assert recover(tmp_path, world_for).journals == ()  # idempotent
+    assert recover(JournalFiles(tmp_path), world_for).journals == ()  # idempotent
 
 
 def test_a_torn_journal_is_recovered(twin: Twin, tmp_path: Path) -> None:
@@ -238,7 +241,7 @@ def test_a_torn_journal_is_recovered(twin: Twin, tmp_path: Path) -> None:
     journal.close()
     with journal.path.open("ab") as f:  # killed in the middle of the next record
         f.write(b'{"kind": "intend", "key": 4, "op": {"op": "SetRouteWe')
-    report = recover(tmp_path, lambda _: twin)
+    report = recover(JournalFiles(tmp_path), lambda _: twin)
     assert report.ok
     assert report.reverted == 3
     assert not twin.partitions
@@ -254,7 +257,7 @@ def test_an_intent_never_applied_is_reverted_harmlessly(twin: Twin, tmp_path: Pa
     op = ops.DenyCapacity("us-east-1")
     journal.intend(op, twin.inverse_of(op), 0.0)  # died before applying it
     journal.close()
-    report = recover(tmp_path, lambda _: twin)
+    report = recover(JournalFiles(tmp_path), lambda _: twin)
     assert [(type(i.op).__name__, i.outcome) for i in report.journals[0].intents] == [
         ("DenyCapacity", "reverted"),
         ("Partition", "reverted"),
@@ -271,7 +274,7 @@ def test_an_embedded_twin_has_nothing_left_to_revert(tmp_path: Path) -> None:
     def no_world(_: JournalHeader) -> RevertWorld:
         raise AssertionError("an embedded journal needs no world")
 
-    report = recover(tmp_path, no_world)
+    report = recover(JournalFiles(tmp_path), no_world)
     (j,) = report.journals
     assert j.finished
     assert j.intents == ()
@@ -281,7 +284,7 @@ def test_an_embedded_twin_has_nothing_left_to_revert(tmp_path: Path) -> None:
 
 def test_a_running_drill_is_left_alone(twin: Twin, tmp_path: Path) -> None:
     journal = _drill(tmp_path, twin, BLACKHOLE[:2])
-    report = recover(tmp_path, lambda _: twin)
+    report = recover(JournalFiles(tmp_path), lambda _: twin)
     assert report.journals == ()
     assert [s.path for s in report.live] == [journal.path]
     assert twin.partitions
@@ -312,7 +315,7 @@ def test_a_refused_inverse_keeps_the_journal_open_for_the_next_try(
 ) -> None:
     journal = _drill(tmp_path, twin, BLACKHOLE)
     journal.close()
-    report = recover(tmp_path, lambda _: _Refusing(twin, ops.AllowCapacity))
+    report = recover(JournalFiles(tmp_path), lambda _: _Refusing(twin, ops.AllowCapacity))
     (j,) = report.journals
     assert not report.ok
     assert not j.finished
@@ -320,7 +323,7 @@ def test_a_refused_inverse_keeps_the_journal_open_for_the_next_try(
     assert twin.capacity_denied
     assert not twin.partitions
     assert [type(i.op).__name__ for i in read(journal.path).unreverted] == ["DenyCapacity"]
-    report = recover(tmp_path, lambda _: twin)  # the next recovery finishes the job
+    report = recover(JournalFiles(tmp_path), lambda _: twin)  # the next recovery finishes the job
     assert report.ok
     assert report.reverted == 1
     assert _clean(twin)
@@ -330,7 +333,108 @@ def test_an_unreachable_world_stops_at_the_first_failure(twin: Twin, tmp_path: P
     journal = _drill(tmp_path, twin, BLACKHOLE)
     journal.close()
     world = _Refusing(twin, ops.Noop, unreachable=True)
-    report = recover(tmp_path, lambda _: world)
+    report = recover(JournalFiles(tmp_path), lambda _: world)
     assert not report.ok
     assert world.calls == 1
     assert len(read(journal.path).unreverted) == 4
+
+
+# --- the control token never goes where a journal says --------------------------------------------
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A stranger's server: records every request and its Authorization header."""
+
+    seen: list[tuple[str, str | None]]
+
+    def _record(self) -> None:
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        self.send_response(500)
+        self.end_headers()
+
+    do_GET = do_POST = _record
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def stranger() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    seen: list[tuple[str, str | None]] = []
+    handler = type("Stranger", (_Recorder,), {"seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _planted(directory: Path, url: str) -> Path:
+    """An unfinished journal whose header names ``url`` (anyone who can write the directory)."""
+    journal = Journal.create(
+        directory, drill="l6-capacity", spec_sha256=SHA, seed=1, run_by="mallory", target=url
+    )
+    journal.intend(ops.DenyCapacity("us-west-2"), ops.AllowCapacity("us-west-2"), 0.0)
+    journal.close()
+    return journal.path
+
+
+def test_recover_never_sends_the_token_to_a_journals_url(
+    stranger: tuple[str, list[tuple[str, str | None]]], tmp_path: Path
+) -> None:
+    url, seen = stranger
+    journals = tmp_path / "journal"
+    path = _planted(journals, url)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    recovered = subprocess.run(
+        [*firedrill_command(), "gameday", "recover", "--journal-dir", str(journals),
+         "--token-file", str(token_file)],
+        capture_output=True, text=True, env=_env(), timeout=60, check=False,
+    )  # fmt: skip
+    output = recovered.stdout + recovered.stderr
+    assert seen == []  # not a single request, let alone one with the token
+    assert recovered.returncode == 4, output
+    assert "NOT recovered" in output
+    assert f"recover --target {url}" in output  # says what to do if that twin is yours
+    assert not read(path).finished  # nothing lost: the next, named recovery can still finish it
+
+
+def test_gameday_run_does_not_recover_a_journal_naming_another_twin(
+    stranger: tuple[str, list[tuple[str, str | None]]], tmp_path: Path
+) -> None:
+    url, seen = stranger
+    journals = tmp_path / "journal"
+    path = _planted(journals, url)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    drill = HERE / "gameday-blackhole.yaml"
+    ran = subprocess.run(
+        [*firedrill_command(), "gameday", "run", str(drill), "--quiet", "--journal-dir",
+         str(journals), "--token-file", str(token_file)],
+        capture_output=True, text=True, env=_env(), timeout=120, check=False,
+    )  # fmt: skip
+    output = ran.stdout + ran.stderr
+    assert seen == []
+    assert ran.returncode == 5, output  # refused to start: leftovers not reverted
+    assert f"recover --target {url}" in output
+    assert not read(path).finished
+
+
+def test_a_run_recovers_only_journals_naming_its_own_target(tmp_path: Path) -> None:
+    from firedrill.drill.recover import same_target, target_for
+    from firedrill.errors import JournalError
+
+    header = read(_planted(tmp_path, "http://127.0.0.1:9/")).header
+    assert target_for(header, "http://127.0.0.1:9") == "http://127.0.0.1:9"
+    assert target_for(header, "HTTP://127.0.0.1:9/", must_match=True) == "HTTP://127.0.0.1:9/"
+    with pytest.raises(JournalError, match="not this run's target"):
+        target_for(header, "http://127.0.0.1:10", must_match=True)
+    with pytest.raises(JournalError, match="sends the control token only to a twin you name"):
+        target_for(header, None)
+    assert same_target("http://localhost", "http://LOCALHOST:80/")
+    assert not same_target("http://localhost", "https://localhost")

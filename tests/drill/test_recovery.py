@@ -202,6 +202,7 @@ def test_security_floor_holds_on_a_correct_twin() -> None:
         "admission_never_ignore",
     ]
     assert all(c["passed"] for c in checks), checks
+    assert all(c["status"] == "passed" for c in checks), checks
     assert "denied in b" in str(checks[0]["detail"])
     assert "refused" in str(checks[3]["detail"])
 
@@ -226,6 +227,36 @@ def test_security_floor_fails_when_the_survivor_takes_an_unlanded_digest() -> No
     checks = {c["check"]: c for c in security_floor(twin, drill(), twin.journal, end_s=twin.t)}
     assert not checks["survivor_serves_last_attested_digest"]["passed"]
     assert not checks["bad_digest_denied_everywhere"]["passed"]  # and no bad digest was tried
+
+
+def test_a_ready_gate_nothing_tried_is_not_exercised() -> None:
+    """A new digest waits upstream while replication is paused, and nothing asks a survivor to
+    run it: the gate was never tried, so the check says not_exercised, never passed."""
+    twin = Twin(two_regions(), seed=5, hours_hint=0.5)
+    twin.run_for(60)
+    twin.apply(ops.PauseReplication("a", "b"))
+    twin.apply(ops.PromoteDigest(MODEL, "b", BAD, signed=False))
+    twin.run_for(60)
+    twin.apply(ops.RestoreDigest(MODEL, "b", D))
+    twin.apply(ops.PromoteDigest(MODEL, "a", NEW))  # no StartRollout: nothing tries it in b
+    twin.run_for(300)
+    checks = {c["check"]: c for c in security_floor(twin, drill(), twin.journal, end_s=twin.t)}
+    gate = checks["ready_gate_refuses_unlanded_digest"]
+    assert (gate["status"], gate["passed"]) == ("not_exercised", None)
+    assert "nothing tried to run" in str(gate["detail"])
+    assert "survivor_attempt" in str(gate["hint"])
+    assert checks["survivor_serves_last_attested_digest"]["status"] == "passed"
+
+
+def test_without_a_promotion_during_a_pause_both_replication_checks_are_not_exercised() -> None:
+    twin = Twin(two_regions(), seed=5, hours_hint=0.5)
+    twin.run_for(60)
+    twin.apply(ops.PromoteDigest(MODEL, "b", BAD, signed=False))
+    twin.run_for(120)
+    checks = {c["check"]: c for c in security_floor(twin, drill(), twin.journal, end_s=twin.t)}
+    for name in ("survivor_serves_last_attested_digest", "ready_gate_refuses_unlanded_digest"):
+        assert (checks[name]["status"], checks[name]["passed"]) == ("not_exercised", None)
+    assert checks["bad_digest_denied_everywhere"]["status"] == "passed"
 
 
 # -- failback -----------------------------------------------------------------------------------

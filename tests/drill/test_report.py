@@ -766,11 +766,17 @@ EXAMPLE_DRILL = Path(__file__).parents[2] / "examples" / "drills" / "l5-region-b
 def real_result() -> dict[str, Any]:
     from firedrill.drill.run import run_drill
     from firedrill.specfile import load_drill
+    from firedrill.twin.world import embedded_world
 
     drill = load_drill(EXAMPLE_DRILL)
     return dict(
         run_drill(
-            drill.spec, drill.fleet, drill.slo, drill.policy, spec_sha256=drill.spec_sha256
+            drill.spec,
+            drill.fleet,
+            drill.slo,
+            drill.policy,
+            spec_sha256=drill.spec_sha256,
+            make_world=embedded_world,
         ).report
     )
 

@@ -157,3 +157,94 @@ def test_weight_buckets_are_excluded_by_default() -> None:
 def test_weight_buckets_only_when_the_request_asked_for_them() -> None:
     grant = _sev1_grant(BreakGlassBroker(), include_weight_buckets=True)
     assert can_access(grant, "models/llama-70b/weights.safetensors")
+
+
+# --- one person is one person, however their name is spelled -------------------------------------
+
+
+@pytest.mark.parametrize("again", ["Bob", " BOB ", "ｂｏｂ", "bo\u200bb", "BOB\t"])
+def test_approvals_differing_only_in_spelling_are_one_person(again: str) -> None:
+    broker = BreakGlassBroker()
+    req = broker.request("bg", "rollouts:patch", "why", "alice", 0.0, Sev.SEV2)
+    assert broker.approve(req.request_id, "bob", "ops_lead", 10.0) is None
+    with pytest.raises(BreakGlassError, match="two distinct people"):
+        broker.approve(req.request_id, again, "capacity_lead", 20.0)
+    assert broker.active == []
+
+
+@pytest.mark.parametrize("approver", ["Alice", "ALICE ", "BG"])
+def test_the_requester_or_identity_in_another_case_cannot_approve(approver: str) -> None:
+    broker = BreakGlassBroker()
+    req = broker.request("bg", "nodes:patch", "why", "alice", 0.0, Sev.SEV1)
+    with pytest.raises(BreakGlassError, match="own break-glass request"):
+        broker.approve(req.request_id, approver, INCIDENT_COMMANDER, 10.0)
+
+
+def test_sev1_roles_are_held_by_two_people_not_two_spellings() -> None:
+    broker = BreakGlassBroker()
+    req = broker.request("bg", "nodes:patch", "why", "alice", 0.0, Sev.SEV1)
+    broker.approve(req.request_id, "ivan", INCIDENT_COMMANDER, 10.0)
+    with pytest.raises(BreakGlassError, match="two distinct people"):
+        broker.approve(req.request_id, "Ivan", SECURITY_LEAD, 20.0)
+
+
+def test_an_approver_whose_name_is_only_invisible_characters_is_nobody() -> None:
+    broker = BreakGlassBroker()
+    req = broker.request("bg", "nodes:patch", "why", "alice", 0.0, Sev.SEV2)
+    with pytest.raises(BreakGlassError, match="names the approver"):
+        broker.approve(req.request_id, "\u200b\u200d", "ops_lead", 10.0)
+
+
+# --- scopes from an allowlist; paths normalised ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scope",
+    ["*", "*/*", "cluster_admin", "clusteradmin", "Cluster Admin", "system:masters,view",
+     "system:masters", "nodes:*", "nodes:patch,pods:delete", "ｃluster-admin"],
+)  # fmt: skip
+def test_cluster_admin_like_scopes_are_refused(scope: str) -> None:
+    broker = BreakGlassBroker()
+    with pytest.raises(BreakGlassError, match="never a break-glass scope"):
+        broker.request("bg", scope, "everything is on fire", "alice", 0.0, Sev.SEV1)
+    assert broker.journal[-1].event == "refused"
+
+
+@pytest.mark.parametrize(
+    "scope", ["nodes", "secrets:get", "nodes:delete", "route_weight:../x", "anything:goes", ":"]
+)
+def test_scopes_off_the_allowlist_are_refused(scope: str) -> None:
+    with pytest.raises(BreakGlassError, match="not"):
+        BreakGlassBroker().request("bg", scope, "why", "alice", 0.0, Sev.SEV1)
+
+
+@pytest.mark.parametrize("scope", ["nodes:patch", "Pods:Evict", "digest_rollback:llm-70b"])
+def test_scopes_on_the_allowlist_are_granted(scope: str) -> None:
+    req = BreakGlassBroker().request("bg", scope, "why", "alice", 0.0, Sev.SEV1)
+    assert req.scope == scope
+
+
+def test_every_lever_kind_is_a_scope_and_nothing_else_is() -> None:
+    from firedrill.model.access import LEVER_SCOPES
+    from firedrill.respond.levers import CATALOGUE
+
+    assert set(CATALOGUE) == LEVER_SCOPES
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/models/x", "./models/x", "Models/x", "MODELS/llama/w.safetensors", "nodes/../models/x",
+     "%2e/models/x", "%2Fmodels%2Fx", "models\\x", "//models//x", "ｍodels/x",
+     "s3://weights-use1/models/x", "../models/x", "nodes/../../x"],
+)  # fmt: skip
+def test_weight_paths_are_normalised_before_they_are_matched(path: str) -> None:
+    grant = _sev1_grant(BreakGlassBroker())
+    assert not can_access(grant, path)
+    weights = _sev1_grant(BreakGlassBroker(), include_weight_buckets=True)
+    assert can_access(weights, path)
+
+
+def test_paths_outside_weight_buckets_stay_reachable() -> None:
+    grant = _sev1_grant(BreakGlassBroker())
+    for path in ("nodes/gpu-h100-use1-0042", "/pods/serve-chat/r1", "modelsx/notes"):
+        assert can_access(grant, path), path

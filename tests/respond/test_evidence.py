@@ -6,13 +6,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from firedrill.adapters.evidence import verify_dir, write_bundle
+from firedrill.adapters.evidence import load_key, verify_dir, write_bundle
 from firedrill.model import operations as ops
 from firedrill.model.sandbox import CompensationRecord, EgressRecord, ToolCallRecord
 from firedrill.respond.evidence import (
@@ -22,6 +24,7 @@ from firedrill.respond.evidence import (
     EvidenceBundle,
     EvidenceError,
     build_bundle,
+    sign_bundle,
     verify,
 )
 from firedrill.respond.guards import Approver
@@ -182,7 +185,10 @@ def test_written_once_read_only_and_never_overwritten(tmp_path: Path) -> None:
     out.chmod(0o755)
     (out / "egress-proxy.jsonl").chmod(0o644)
     problems = verify_dir(out)
-    assert problems == ["egress-proxy.jsonl is writable: preserved evidence is read-only"]
+    assert problems == [
+        f"{out} is writable (0755): preserved evidence is read-only (0555)",
+        "egress-proxy.jsonl is writable: preserved evidence is read-only",
+    ]
 
 
 def test_levers_and_operations_are_journalled_with_their_inverses() -> None:
@@ -208,3 +214,160 @@ def test_levers_and_operations_are_journalled_with_their_inverses() -> None:
         "tenant": "globex",
         "cell": "usw2-a",
     }
+
+
+# --- hardening: shapes, links, modes, a non-empty --out, signatures ------------------------------
+
+KEY = b"k" * 32
+
+
+def _rewritten(files: dict[str, bytes], name: str, data: bytes) -> dict[str, bytes]:
+    """A full rewrite: ``name`` changed and SHA256SUMS recomputed to match, as an attacker would."""
+    out = dict(files, **{name: data})
+    out[SUMS] = "".join(
+        f"{hashlib.sha256(v).hexdigest()}  {k}\n"
+        for k, v in out.items()
+        if k not in (SUMS,) and not k.endswith(".hmac")
+    ).encode()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("manifest", "problem"),
+    [
+        (b"[]", "expected an object"),
+        (b'"text"', "expected an object"),
+        (b"{not json", "is not JSON"),
+        (b'{"format": "firedrill-evidence/1", "files": []}', "'files' is not an object"),
+        (b'{"format": "firedrill-evidence/1", "files": {"toolgw.jsonl": "x"}}', "has no sha256"),
+        (b'{"format": "firedrill-evidence/1", "files": {"toolgw.jsonl": [1]}}', "has no sha256"),
+        (b'{"files": {}}', "format is not"),
+    ],
+)
+def test_a_manifest_of_the_wrong_shape_is_named_not_a_crash(
+    manifest: bytes, problem: str, tmp_path: Path
+) -> None:
+    files = _rewritten(files_of(bundle()), MANIFEST, manifest)
+    problems = verify(files)
+    assert any(problem in p for p in problems), problems
+    out = tmp_path / "ev"
+    out.mkdir()
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+        (out / name).chmod(0o444)
+    out.chmod(0o555)
+    done = subprocess.run(
+        [*_firedrill(), "audit", "evidence", str(out)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert problem in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _firedrill() -> list[str]:
+    script = Path(sys.executable).parent / "firedrill"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "from firedrill.cli import main; main()"]
+
+
+def _written(tmp_path: Path, b: EvidenceBundle | None = None) -> Path:
+    out = tmp_path / "INC-0001"
+    write_bundle(b or bundle(), out)
+    assert verify_dir(out) == []
+    return out
+
+
+def test_a_file_replaced_by_a_link_to_an_identical_copy_is_named(tmp_path: Path) -> None:
+    out = _written(tmp_path)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes((out / "toolgw.jsonl").read_bytes())
+    copy.chmod(0o444)
+    out.chmod(0o755)
+    (out / "toolgw.jsonl").unlink()
+    (out / "toolgw.jsonl").symlink_to(copy)
+    out.chmod(0o555)
+    problems = verify_dir(out)
+    assert "toolgw.jsonl is a symbolic link: preserved evidence holds the files themselves" in (
+        problems
+    )
+
+
+def test_a_hard_linked_file_is_named(tmp_path: Path) -> None:
+    out = _written(tmp_path)
+    os.link(out / "levers.jsonl", tmp_path / "elsewhere")
+    assert any("levers.jsonl has 2 hard links" in p for p in verify_dir(out))
+
+
+def test_a_writable_evidence_directory_is_named(tmp_path: Path) -> None:
+    out = _written(tmp_path)
+    out.chmod(0o755)
+    (problem,) = verify_dir(out)
+    assert "is writable (0755)" in problem
+
+
+def test_an_evidence_directory_that_is_a_link_is_named(tmp_path: Path) -> None:
+    out = _written(tmp_path)
+    link = tmp_path / "INC-link"
+    link.symlink_to(out)
+    (problem,) = verify_dir(link)
+    assert "is a symbolic link" in problem
+
+
+@pytest.mark.parametrize("empty_target", [True, False])
+def test_a_planted_link_at_the_incident_directory_is_refused(
+    tmp_path: Path, empty_target: bool
+) -> None:
+    target = tmp_path / "attacker"
+    if empty_target:
+        target.mkdir()
+    planted = tmp_path / "out" / "INC-0001"
+    planted.parent.mkdir()
+    planted.symlink_to(target)
+    with pytest.raises(EvidenceError, match="symbolic link"):
+        write_bundle(bundle(), planted)
+    assert planted.is_symlink()
+    assert not target.exists() or list(target.iterdir()) == []
+
+
+def test_export_refuses_a_non_empty_out_before_running(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    scenario = FLEET_YAML.parent / "scenarios" / "egress-exfil-acme.yaml"
+    done = subprocess.run(
+        [*_firedrill(), "export", "evidence", str(scenario), "--out", str(out), "--quiet"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "already holds files" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_a_signed_bundle_detects_a_full_rewrite(tmp_path: Path) -> None:
+    key_file = tmp_path / "evidence.key"
+    key_file.write_bytes(KEY + b"\n")
+    key_file.chmod(0o600)
+    signed = sign_bundle(bundle(), KEY)
+    assert verify(files_of(signed), key=KEY) == []
+    out = _written(tmp_path, signed)
+    assert verify_dir(out, key=load_key(key_file)) == []
+    # rewrite a record and every hash that covers it: only the signature can tell
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    forged = _rewritten(files, "egress-proxy.jsonl", b"{}\n")
+    manifest = json.loads(forged[MANIFEST])
+    manifest["files"]["egress-proxy.jsonl"]["sha256"] = hashlib.sha256(b"{}\n").hexdigest()
+    forged = _rewritten(forged, MANIFEST, json.dumps(manifest).encode())
+    assert verify(forged) == []  # hashes alone cannot see a full rewrite
+    (problem,) = verify(forged, key=KEY)
+    assert "does not match SHA256SUMS" in problem
+    (other,) = verify(files_of(signed), key=b"z" * 32)
+    assert "another key" in other
+    (unsigned,) = verify(files_of(bundle()), key=KEY)
+    assert "not signed" in unsigned
+    with pytest.raises(EvidenceError, match="at least 32 bytes"):
+        sign_bundle(bundle(), b"short")
+    key_file.chmod(0o666)
+    with pytest.raises(EvidenceError, match="written by others"):
+        load_key(key_file)

@@ -14,6 +14,7 @@ from firedrill.respond.responder import RUNBOOKS, RunbookContext
 from firedrill.respond.suspects import Symptom, rank
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PD = load_fleet(EXAMPLES / "fleet-pd.yaml")
@@ -96,7 +97,7 @@ def test_the_kv_runbook_reverts_the_bundle_before_the_serving_levers() -> None:
         fleet=twin,
         at_s=300.0,
         signals=twin,
-        catalog=twin,
+        catalog=TwinWorld(twin),
     )
     kinds = [c.request.kind for c in RUNBOOKS["kv_oom"](ctx)]
     assert kinds[0] == "bundle_revert"

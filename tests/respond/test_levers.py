@@ -7,6 +7,11 @@ The demo has three regions; us-east-1 holds cells use1-a/b/c, each with 56 llm-7
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
 
@@ -27,6 +32,8 @@ from firedrill.respond.guards import (
     UnsafeKind,
     UnsafeRequest,
     check_approvals,
+    check_rollback_target,
+    check_scale_in_paused,
     check_sev1,
     drain_headroom,
     paused_pools,
@@ -67,6 +74,7 @@ from firedrill.respond.levers import (
 from firedrill.respond.severity import Sev
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 FLEET_YAML = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 SPEC = load_fleet(FLEET_YAML)
@@ -111,8 +119,40 @@ def demo(warm_s: float = 60.0) -> Twin:
     return twin
 
 
+@dataclass(frozen=True)
+class _Digest:
+    model: int
+    digest: str
+    signed: bool
+    attested: bool
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    digests: tuple[_Digest, ...] = (_Digest(0, "sha256:ok", True, True),)
+    digest_index: Mapping[str, int] = field(default_factory=lambda: {"sha256:ok": 0})
+    model_index: Mapping[str, int] = field(default_factory=lambda: {"m": 0})
+
+
+def _genuine(guard: str) -> GuardResult:
+    """A passing result minted by the guard itself (a made-up one is not counted)."""
+    if guard == "scale_in_paused":
+        return check_scale_in_paused((), incident_tags=(), applied=())
+    if guard == "drain_headroom":
+        return drain_headroom(
+            "m", CellLoad("a", 1.0, 1.0, 10.0), [CellLoad("b", 1.0, 10.0, 10.0)], cold_penalty=0.0
+        ).result
+    if guard == "rollback_target":
+        return check_rollback_target(_Catalog(), "m", "sha256:ok")
+    if guard == "sev1":
+        return check_sev1(Sev.SEV1, "x")
+    raise AssertionError(guard)
+
+
 def ran(*guards: str) -> tuple[GuardResult, ...]:
-    return tuple(GuardResult(True, "checked", g) for g in guards)
+    results = tuple(_genuine(g) for g in guards)
+    assert all(r.ok and r.guard == g for r, g in zip(results, guards, strict=True))
+    return results
 
 
 def weight(twin: Twin, model: str, cell: str) -> int:
@@ -121,7 +161,7 @@ def weight(twin: Twin, model: str, cell: str) -> int:
 
 def pull_drain_of(twin: Twin, cell: str, journal: list[LeverJournalEntry]) -> LeverJournalEntry:
     lever = Lever("cell_drain", cell)
-    plan = drain_check(lever, twin, twin, twin)
+    plan = drain_check(lever, twin, twin, TwinWorld(twin))
     scale = scale_in_check(lever, twin, incident_tags=(), journal=journal)
     entry = pull(
         lever,
@@ -322,7 +362,7 @@ def test_headroom_shares_by_route_weight_and_needs_a_receiver() -> None:
 def test_drain_in_us_east_1_fits_two_receivers_but_not_one() -> None:
     twin = demo()
     journal: list[LeverJournalEntry] = []
-    plan = drain_check(Lever("cell_drain", "use1-a"), twin, twin, twin)
+    plan = drain_check(Lever("cell_drain", "use1-a"), twin, twin, TwinWorld(twin))
     assert plan.result.ok, plan.result.reason
     assert plan.region == "us-east-1"
     assert plan.receivers == ("use1-b", "use1-c")
@@ -347,7 +387,7 @@ def test_drain_in_us_east_1_fits_two_receivers_but_not_one() -> None:
     assert weight(twin, "llm-70b", "use1-a") == 0
     twin.run_for(60)  # the receivers now carry use1-a's traffic
 
-    second = drain_check(Lever("cell_drain", "use1-b"), twin, twin, twin)
+    second = drain_check(Lever("cell_drain", "use1-b"), twin, twin, TwinWorld(twin))
     assert not second.result.ok
     assert second.receivers == ("use1-c",)
     chat = next(h for h in second.headroom if h.model == "llm-70b")
@@ -373,7 +413,7 @@ def test_a_drain_without_its_headroom_check_is_refused() -> None:
 def test_pull_drain_steps_and_holds_when_the_receivers_stay_healthy() -> None:
     twin = demo()
     lever = Lever("cell_drain", "use1-a")
-    plan = drain_check(lever, twin, twin, twin)
+    plan = drain_check(lever, twin, twin, TwinWorld(twin))
     seen: list[tuple[float, tuple[str, ...]]] = []
 
     def quiet(cells: tuple[str, ...] | list[str]) -> dict[str, float]:
@@ -404,7 +444,7 @@ def test_pull_drain_steps_and_holds_when_the_receivers_stay_healthy() -> None:
 def test_pull_drain_backs_off_when_a_receiver_burns_fast() -> None:
     twin = demo()
     lever = Lever("cell_drain", "use1-a")
-    plan = drain_check(lever, twin, twin, twin)
+    plan = drain_check(lever, twin, twin, TwinWorld(twin))
     assert plan.should_back_off({"use1-b": FAST_BURN})
     assert not plan.should_back_off({"use1-b": FAST_BURN - 0.1, "usw2-a": 99.0})
     entries = pull_drain(
@@ -476,6 +516,74 @@ def test_fleet_wide_kill_switch_needs_the_ic_and_security() -> None:
     assert twin.flags[DENY_ALL_FLAG] == "true"
 
 
+@pytest.mark.parametrize(
+    "approvers",
+    [
+        (Approver("alice", "security_lead"), Approver("alice", "incident_commander"),
+         Approver("bob", "scribe")),
+        (Approver("alice", "security_lead"), Approver("Alice", "incident_commander"),
+         Approver("bob", "scribe")),
+        (Approver("alice", "security_lead"), Approver("ａｌｉｃｅ", "incident_commander")),
+        (Approver("alice", "security_lead"), Approver("alice", "incident_commander"), OPS, CAP),
+    ],
+)  # fmt: skip
+def test_fleet_wide_deny_all_needs_two_people_in_the_two_roles(
+    approvers: tuple[Approver, ...],
+) -> None:
+    twin = fresh()
+    sev1 = (check_sev1(Sev.SEV1, "deny-all"),)
+    entry = pull(
+        Lever("kill_switch", "*"), twin, approvers=approvers, at_s=0, reason="x", checks=sev1
+    )
+    assert entry.status == "refused"
+    assert "distinct" in entry.reason
+    assert DENY_ALL_FLAG not in twin.flags
+
+
+def test_role_holders_are_matched_to_distinct_people() -> None:
+    def deny_all(*approvers: Approver) -> bool:
+        return check_approvals(
+            "kill_switch",
+            approvers,
+            decided_by={"security_lead"},
+            fleet_scope=True,
+            fleet_roles={"incident_commander"},
+        ).ok
+
+    alice_sec, alice_ic = (
+        Approver("alice", "security_lead"),
+        Approver("alice", "incident_commander"),
+    )
+    assert not deny_all(alice_sec, alice_ic)
+    assert not deny_all(alice_sec, alice_ic, Approver("bob", "scribe"))
+    # alice could hold either role; with ivy as commander the two roles have two holders
+    assert deny_all(alice_sec, alice_ic, Approver("ivy", "incident_commander"))
+    assert deny_all(Approver("ivy", "incident_commander"), alice_sec)
+
+
+def test_a_caller_made_passing_check_does_not_satisfy_a_guard() -> None:
+    twin = fresh()
+    lever = Lever("kill_switch", "*")
+    forged = (GuardResult(True, "the incident is SEV1, trust me", "sev1"),)
+    entry = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="x", checks=forged)
+    assert entry.status == "refused"
+    assert "did not come from its guard" in entry.reason
+    assert "needs the sev1 guard" in entry.reason
+    flipped = (dataclasses.replace(check_sev1(Sev.SEV2, "deny-all"), ok=True),)
+    entry = pull(lever, twin, approvers=[SEC, IC], at_s=0, reason="x", checks=flipped)
+    assert entry.status == "refused"
+    assert DENY_ALL_FLAG not in twin.flags
+    # a genuine result stays genuine through copies and pickling (process pools)
+    genuine = check_sev1(Sev.SEV1, "deny-all")
+    for same in (copy.copy(genuine), copy.deepcopy(genuine), pickle.loads(pickle.dumps(genuine))):
+        assert same.genuine
+    assert not GuardResult(True, "x", "sev1").genuine
+    route = Lever("cell_quarantine", "euw1-b")
+    fake_scale = (GuardResult(True, "pinned", "scale_in_paused"),)
+    entry = pull(route, twin, approvers=[SEC], at_s=0, reason="x", checks=fake_scale)
+    assert entry.status == "refused"
+
+
 def test_the_global_route_table_needs_a_second_approver() -> None:
     twin = fresh()
     lever = Lever("route_weight", "llm-70b", RouteWeightParams((("use1-a", 40), ("usw2-a", 70))))
@@ -502,7 +610,7 @@ def test_rollback_targets_are_previous_signed_attested_digests() -> None:
 
     def check(digest: str) -> GuardResult:
         return rollback_check(
-            Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", digest)), twin
+            Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", digest)), TwinWorld(twin)
         )
 
     assert check(OLD_70B).ok
@@ -516,14 +624,24 @@ def test_rollback_targets_are_previous_signed_attested_digests() -> None:
     assert unchecked.status == "refused"
     assert "needs the rollback_target guard" in unchecked.reason
     checked = pull(
-        bad, twin, approvers=[OWNER], at_s=0, reason="x", checks=(rollback_check(bad, twin),)
+        bad,
+        twin,
+        approvers=[OWNER],
+        at_s=0,
+        reason="x",
+        checks=(rollback_check(bad, TwinWorld(twin)),),
     )
     assert checked.status == "refused"
     assert "admission would deny it" in checked.reason
 
     good = Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", OLD_70B))
     entry = pull(
-        good, twin, approvers=[OWNER], at_s=0, reason="x", checks=(rollback_check(good, twin),)
+        good,
+        twin,
+        approvers=[OWNER],
+        at_s=0,
+        reason="x",
+        checks=(rollback_check(good, TwinWorld(twin)),),
     )
     assert entry.status == "applied"
     assert entry.inverses == (ops.RestoreDigest("llm-70b", "us-east-1", NEW_70B),)
@@ -539,7 +657,7 @@ def test_registry_incident_pauses_scale_in_before_a_drain() -> None:
     twin = demo()
     journal: list[LeverJournalEntry] = []
     lever = Lever("cell_drain", "use1-a")
-    headroom = drain_check(lever, twin, twin, twin).result
+    headroom = drain_check(lever, twin, twin, TwinWorld(twin)).result
 
     def attempt() -> LeverJournalEntry:
         scale = scale_in_check(lever, twin, incident_tags={"registry"}, journal=journal)

@@ -25,6 +25,7 @@ from firedrill.respond.severity import Impact, assess
 from firedrill.respond.suspects import Symptom, cell_skew, rank, skew_evidence
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 FLEET = load_fleet(Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml")
 OLD = FLEET.models[0].weights.digest
@@ -66,37 +67,38 @@ def test_rollback_goes_to_the_last_signed_and_attested_digest_before_the_bad_one
     twin.apply(ops.PromoteDigest("llm-70b", "us-east-1", mid))
     twin.apply(ops.PromoteDigest("llm-70b", "us-east-1", UNSIGNED, signed=False))
     twin.apply(ops.PromoteDigest("llm-70b", "us-east-1", BAD))
-    target, passed_over = rollback_target(twin, "llm-70b", {BAD})
+    target, passed_over = rollback_target(TwinWorld(twin), "llm-70b", {BAD})
     assert target == mid
     assert len(passed_over) == 1
     assert "not signed" in passed_over[0]
     # with the middle one bad too, back to the spec's digest
-    assert rollback_target(twin, "llm-70b", {BAD, mid})[0] == OLD
-    assert rollback_target(twin, "llm-70b", {BAD, mid, OLD}) == (None, passed_over)
+    assert rollback_target(TwinWorld(twin), "llm-70b", {BAD, mid})[0] == OLD
+    assert rollback_target(TwinWorld(twin), "llm-70b", {BAD, mid, OLD}) == (None, passed_over)
 
 
 def test_bad_stable_weights_roll_the_region_back_through_the_guard() -> None:
     twin = Twin(FLEET, 3, record=False)
     twin.apply(ops.SetWeightsQuality("llm-70b", BAD, 0.5))
     twin.apply(ops.PromoteDigest("llm-70b", "us-east-1", BAD))
-    (c,) = quality_runbook(SYMPTOM, twin, twin, alerts=[quality_alert(BAD, "25")])
+    (c,) = quality_runbook(SYMPTOM, twin, TwinWorld(twin), alerts=[quality_alert(BAD, "25")])
     assert c.request == Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", OLD))
     assert "last signed and attested" in c.reason
     assert isinstance(c.request, Lever)
-    assert rollback_check(c.request, twin).ok
+    assert rollback_check(c.request, TwinWorld(twin)).ok
 
 
 def test_a_bad_canary_is_aborted_not_rolled_back() -> None:
     twin = Twin(FLEET, 3, record=False)
     twin.apply(ops.SetWeightsQuality("llm-70b", CANARY, 0.6))
     twin.apply(ops.StartRollout("llm-70b", CANARY, 20))
-    (c,) = quality_runbook(SYMPTOM, twin, twin, alerts=[quality_alert(CANARY, "25")])
+    (c,) = quality_runbook(SYMPTOM, twin, TwinWorld(twin), alerts=[quality_alert(CANARY, "25")])
     assert c.request == Lever("rollout_abort", "llm-70b")
     assert "20%" in c.reason
     assert OLD in c.reason
     # aborted: the canary is neither running nor stable anywhere, so nothing is left to do
     twin.apply(ops.AbortRollout("llm-70b"))
-    assert quality_runbook(SYMPTOM, twin, twin, alerts=[quality_alert(CANARY, "25")]) == []
+    alerts = [quality_alert(CANARY, "25")]
+    assert quality_runbook(SYMPTOM, twin, TwinWorld(twin), alerts=alerts) == []
 
 
 def test_stable_at_100_after_an_abort() -> None:
@@ -130,7 +132,7 @@ def test_golden_drops_read_the_counters_without_an_alert() -> None:
     assert ("llm-8b", FLEET.models[1].weights.digest) not in drops or drops[
         ("llm-8b", FLEET.models[1].weights.digest)
     ] < 3
-    (c,) = quality_runbook(SYMPTOM, twin, twin, signals=twin)  # no alert: read the SLI
+    (c,) = quality_runbook(SYMPTOM, twin, TwinWorld(twin), signals=twin)  # no alert: read the SLI
     assert c.request == Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", OLD))
 
 

@@ -34,6 +34,7 @@ from firedrill.respond.severity import Sev
 from firedrill.respond.suspects import SymptomKind
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 FLEET = load_fleet(Path("examples/fleet.yaml"))
 WEIGHT = 56  # llm-70b's route weight in every demo cell
@@ -93,8 +94,8 @@ def _responder(
         probe=probe,
         classify=lambda alerts: "ttft",
         signals=twin,
-        capacity=twin,
-        catalog=twin,
+        capacity=TwinWorld(twin),
+        catalog=TwinWorld(twin),
         runbooks=runbooks,
     )
 
@@ -311,6 +312,33 @@ def test_break_glass_without_two_approvers_refuses_the_lever() -> None:
     assert _weights(twin, "use1-a") == WEIGHT
 
 
+def test_a_break_glass_kind_without_a_grant_is_refused_and_pages_security() -> None:
+    """A policy cannot list the catalogue's break-glass kinds away; without a grant the lever
+    is refused, and security is paged about the attempt."""
+    twin = _twin()
+    bad = twin.spec.models[twin.model_index["llm-70b"]].weights.digest
+    rollback = Lever("digest_rollback", "llm-70b", DigestParams("us-east-1", bad))
+    r = _responder(
+        twin,
+        Probe(),
+        _fixed(Candidate(rollback, "roll back")),
+        mode="auto",
+        auto_apply=["digest_rollback"],
+        breakglass=[],
+        roster={"ops": "ops_lead", "ic": "incident_commander", "mo": "model_owner"},
+    )
+    r.observe(0.0, [_page(0.0)])
+    inc = r.book.incidents[0]
+    (rec,) = r.records(inc.id)
+    assert rec.entry.status == "refused"
+    assert "break-glass refused" in rec.entry.reason
+    assert rec.breakglass is None
+    (page,) = r.security_pages(inc.id)
+    assert page.grant_id == ""
+    assert page.action == "digest_rollback on llm-70b"
+    assert "no grant" in page.summary
+
+
 def test_the_first_update_is_drafted_before_the_deadline_or_recorded_as_missed() -> None:
     for draft_after, missed in (("5m", False), ("20m", True)):
         twin = _twin()
@@ -347,8 +375,8 @@ def test_a_declared_registry_incident_pins_scalers_first_and_refuses_the_shortcu
         probe=Probe(burn=0.0),
         classify=lambda alerts: "xid",
         signals=twin,
-        capacity=twin,
-        catalog=twin,
+        capacity=TwinWorld(twin),
+        catalog=TwinWorld(twin),
     )
     _steps(r, clock, 120.0, [])
     (inc,) = r.book.incidents

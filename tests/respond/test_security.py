@@ -247,3 +247,28 @@ def test_comms_are_product_by_region_and_carry_no_destination(spec: FleetSpec) -
             audit_query_url="https://audit.corp/q",
             known_cells=cells,
         )
+
+
+def test_deny_all_needs_two_people_holding_the_two_roles(spec: FleetSpec) -> None:
+    """One person as security lead and incident commander, plus a scribe, is not two people."""
+    twin = incident(spec)
+    deny_all = containment_plan(acme_findings(twin), escalate=True)[-1:]
+    at = twin.now_s()
+    scribe = Approver("bob", "scribe")
+    for people in (
+        (Approver("alice", "security_lead"), Approver("alice", "incident_commander"), scribe),
+        (Approver("alice", "security_lead"), Approver("Alice ", "incident_commander"), scribe),
+        (Approver("alice", "security_lead"), Approver("ALICE", "incident_commander"), OPS, OWNER),
+    ):
+        (entry,) = contain(deny_all, twin, sev=Sev.SEV1, people=people, at_s=at)
+        assert entry.status == "refused", people
+        assert "proxy.deny_all" not in twin.flags
+    # the same person in both roles, and someone else holding one of them: they are picked
+    people = (
+        Approver("alice", "security_lead"),
+        Approver("alice", "incident_commander"),
+        Approver("ivy", "incident_commander"),
+    )
+    (ok,) = contain(deny_all, twin, sev=Sev.SEV1, people=people, at_s=at)
+    assert ok.status == "applied", ok.reason
+    assert [a.name for a in ok.approvers] == ["alice", "ivy"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -238,3 +240,22 @@ def test_a_downgrade_without_who_and_why_changes_nothing(
     with pytest.raises(ValueError, match="a downgrade needs"):
         t.downgrade_in_postmortem(Sev.NONE, who=who, why=why, at_s=60.0)
     assert (t.sev, len(t.history), t.in_postmortem) == (before, n, False)
+
+
+def test_the_gpu_hours_axis_is_priced_by_the_fleet() -> None:
+    from firedrill.respond.severity import refuse_price, severity_for
+
+    impact = Impact(gpus_stalled=4096)
+    at_two = assess(impact, severity_for(2.0))
+    at_five = assess(impact, severity_for(5.0))
+    assert at_two.axes["gpu_hours"].value == 8192.0
+    assert at_two.axes["gpu_hours"].level is Sev.SEV3
+    assert at_five.axes["gpu_hours"].value == 20480.0
+    assert at_five.axes["gpu_hours"].level is Sev.SEV2
+    tighter = SevMatrix.model_validate({"gpu_hours": {"sev2_usd_per_h": 30000}})
+    assert severity_for(5.0, tighter).gpu_hours.sev2_usd_per_h == 30000
+    assert severity_for(5.0, tighter).gpu_hours.gpu_hour_usd == 5.0
+    with pytest.raises(ValueError, match="fleet's gpu_hour_usd"):
+        refuse_price({"gpu_hours": {"gpu_hour_usd": 3.0}})
+    with pytest.raises(ValueError, match="finite price"):
+        severity_for(math.inf)

@@ -22,17 +22,25 @@ from firedrill.scenario.expect import evaluate
 from firedrill.scenario.run import ScenarioRun, run_scenario
 from firedrill.scenario.security_check import evidence_bundles, security_incidents
 from firedrill.specfile import load_scenario
+from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld, embedded_world
 
 SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "egress-exfil-acme.yaml"
 runner = CliRunner()
 
 
+def twin_of(run: ScenarioRun) -> Twin:
+    """The embedded twin the scenario ran on (these tests look at its state)."""
+    assert isinstance(run.world, TwinWorld)
+    return run.world.twin
+
+
 @pytest.fixture(scope="module")
 def runs() -> tuple[ScenarioRun, ScenarioRun]:
     spec, fleet, slo, policy = load_scenario(SCENARIO)
-    treated = run_scenario(spec, fleet, slo, policy)
+    treated = run_scenario(spec, fleet, slo, policy, make_world=embedded_world)
     quiet = spec.model_copy(update={"timeline": [], "expect": []})
-    control = run_scenario(quiet, fleet, slo, policy)
+    control = run_scenario(quiet, fleet, slo, policy, make_world=embedded_world)
     return treated, control
 
 
@@ -58,16 +66,16 @@ def test_one_security_incident_contained_narrowest_first(
         ("warm_pool", "acme"),
     ]
     assert all(e.target != "*" for e in applied)
-    assert treated.twin.flags == {"acme.max_side_effect": "read"}
+    assert treated.world.flags() == {"acme.max_side_effect": "read"}
     (pod,) = [e.target for e in applied if e.kind == "pod_quarantine"]
-    assert treated.twin.sandbox.has_pod(pod)
+    assert treated.world.sandbox.has_pod(pod)
     refused = [r.entry for r in treated.responder.records(inc.id) if r.entry.status == "refused"]
     assert [e.kind for e in refused] == ["delete_pod_under_investigation"]
 
 
 def test_other_tenants_are_untouched_bit_for_bit(runs: tuple[ScenarioRun, ScenarioRun]) -> None:
     treated, control = runs
-    t, c = treated.twin, control.twin
+    t, c = twin_of(treated), twin_of(control)
     assert t.sandbox.tenant_snapshot("acme") != c.sandbox.tenant_snapshot("acme")
     assert t.sandbox.tenant_snapshot("globex") == c.sandbox.tenant_snapshot("globex")
     for name in ("ttft_hist", "ttft_sum", "lam", "ok", "errors", "ready"):

@@ -163,3 +163,72 @@ def test_a_bad_responder_policy_names_the_line_and_field(tmp_path: Path) -> None
     assert result.exit_code == 4
     assert "responder.decides" in result.output
     assert "model_owner cannot decide" in " ".join(result.output.split())
+
+
+def _training_scenario(tmp_path: Path, extra: str) -> Path:
+    """training-hang-512 with its fleet and SLO named absolutely, and ``extra`` YAML added."""
+    here = SCENARIOS.resolve()
+    text = (here / "training-hang-512.yaml").read_text()
+    text = text.replace("fleet: ../fleet-train.yaml", f"fleet: {here.parent / 'fleet-train.yaml'}")
+    text = text.replace("slo: ../slo-train.yaml", f"slo: {here.parent / 'slo-train.yaml'}")
+    text = text.replace("policy: ../policy.yaml", f"policy: {here.parent / 'policy.yaml'}")
+    text = text.split("\nexpect:")[0] + "\n" + extra
+    path = tmp_path / "hang.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_gpu_hours_axis_prices_an_hour_as_the_fleet_does(tmp_path: Path) -> None:
+    """At $5 per GPU-hour the page and the incident's axis quote the same $20,480/h."""
+    path = _training_scenario(tmp_path, "fleet_overrides: {gpu_hour_usd: 5.0}\n")
+    out = tmp_path / "hang.json"
+    result = runner.invoke(app, ["respond", str(path), "--json", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    (inc,) = data["incidents"]
+    axis = inc["axes"]["gpu_hours"]
+    assert axis["value"] == 4096 * 5.0
+    assert "$5/GPU-h = $20,480/h" in axis["reason"]
+    assert "burning $20,480/h" in data["training"]["pretrain-405b"]["page"]
+    assert inc["sev"] == "SEV2"  # $20,480/h >= the $20,000/h SEV2 threshold (at $2: SEV3)
+
+
+def test_severity_thresholds_come_from_the_spec_but_not_the_price(tmp_path: Path) -> None:
+    path = _training_scenario(
+        tmp_path,
+        "fleet_overrides: {gpu_hour_usd: 5.0}\nseverity: {gpu_hours: {sev2_usd_per_h: 30000}}\n",
+    )
+    out = tmp_path / "hang.json"
+    result = runner.invoke(app, ["respond", str(path), "--json", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    (inc,) = json.loads(out.read_text())["incidents"]
+    assert inc["sev"] == "SEV3"  # $20,480/h is below the spec's $30,000/h
+    priced = _training_scenario(tmp_path, "severity: {gpu_hours: {gpu_hour_usd: 9.0}}\n")
+    result = runner.invoke(app, ["respond", str(priced), "--json", str(out), "--quiet"])
+    assert result.exit_code == 4
+    assert "gpu_hour_usd" in result.output
+    assert "fleet" in result.output
+
+
+def test_the_hang_runbooks_quarantine_is_a_lever_and_no_action_item_is_about_xid(
+    tmp_path: Path,
+) -> None:
+    code, data = _respond("training-hang-512", tmp_path)
+    assert code == 0, data["expectations"]
+    (inc,) = data["incidents"]
+    run = data["training"]["pretrain-405b"]
+    suspend, quarantine = inc["levers"]
+    assert (suspend["kind"], suspend["order"]) == ("jobset_suspend", 1)
+    assert (quarantine["kind"], quarantine["order"]) == ("node_quarantine", 2)
+    assert quarantine["status"] == "applied"
+    assert quarantine["at_s"] == run["suspended_at_s"]
+    assert [o["op"] for o in quarantine["operations"]] == ["Taint", "Label"]
+    assert {o["args"]["node"] for o in quarantine["operations"]} == {run["node"]}
+    assert [o["op"] for o in quarantine["inverse"]] == ["Label", "Untaint"]
+    assert [s["op"] for s in run["runbook_steps"]] == [
+        "SuspendJobSet", "Taint", "Label", "ResumeJobSet"
+    ]  # fmt: skip
+    items = inc["postmortem"]["action_items"]
+    assert items
+    assert not any("xid" in i["text"].lower() for i in items), items
+    assert any(run["node"] in i["text"] for i in items)

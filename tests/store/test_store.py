@@ -321,10 +321,10 @@ def test_breakglass_grant_expire_reap(store: Store) -> None:
             incident_id=inc.id,
             identity="sre-ana-breakglass",
             requested_by="ana",
-            approved_by=["bo"],
+            approved_by=["bo", "cy"],
             granted_at_s=100.0,
             expires_at_s=3700.0,
-            scope="cell/use1-a:nodes",
+            scope="nodes:patch",
         )
         with pytest.raises(StoreError, match="own"):
             breakglass.grant(
@@ -332,10 +332,10 @@ def test_breakglass_grant_expire_reap(store: Store) -> None:
                 incident_id=inc.id,
                 identity="x",
                 requested_by="ana",
-                approved_by=["ana"],
+                approved_by=["ana", "bo"],
                 granted_at_s=100.0,
                 expires_at_s=200.0,
-                scope="fleet",
+                scope="nodes:patch",
             )
         with pytest.raises(StoreError, match="expires"):
             breakglass.grant(
@@ -343,10 +343,10 @@ def test_breakglass_grant_expire_reap(store: Store) -> None:
                 incident_id=inc.id,
                 identity="x",
                 requested_by="ana",
-                approved_by=["bo"],
+                approved_by=["bo", "cy"],
                 granted_at_s=100.0,
                 expires_at_s=100.0,
-                scope="fleet",
+                scope="nodes:patch",
             )
     with store.session() as s:
         assert [x.id for x in breakglass.list(session=s, live_at_s=200.0)] == [g.id]
@@ -359,8 +359,41 @@ def test_breakglass_grant_expire_reap(store: Store) -> None:
             breakglass.reap(session=s, grant_id=g.id + 100, at_s=3720.0)
     with store.session() as s:
         (stored,) = breakglass.list(session=s, incident_id=inc.id)
-        assert (stored.approved_by, stored.reaped_at_s) == (["bo"], 3710.0)
+        assert (stored.approved_by, stored.reaped_at_s) == (["bo", "cy"], 3710.0)
         assert breakglass.due_for_reaping(session=s, at_s=9999.0) == []
+
+
+@pytest.mark.parametrize(
+    ("requested_by", "approved_by", "scope", "why"),
+    [
+        ("ana", ["bo", "Bo"], "nodes:patch", "names someone twice"),
+        ("ana", ["bo", " BO\u200b"], "nodes:patch", "names someone twice"),
+        ("ana", ["ANA", "bo"], "nodes:patch", "own"),
+        ("ana", ["bo"], "nodes:patch", "two distinct approvers"),
+        ("ana", ["sre-Ana-Breakglass", "bo"], "nodes:patch", "own"),
+        ("ana", ["bo", "cy"], "*", "never a break-glass scope"),
+        ("ana", ["bo", "cy"], "system:masters,view", "never a break-glass scope"),
+        ("ana", ["bo", "cy"], "cluster_admin", "never a break-glass scope"),
+    ],
+)
+def test_breakglass_grant_keeps_the_two_person_rule_and_the_scope_allowlist(
+    store: Store, requested_by: str, approved_by: list[str], scope: str, why: str
+) -> None:
+    with store.session() as s:
+        inc = _open(s)
+        with pytest.raises(StoreError, match=why):
+            breakglass.grant(
+                session=s,
+                incident_id=inc.id,
+                identity="sre-ana-breakglass",
+                requested_by=requested_by,
+                approved_by=approved_by,
+                granted_at_s=100.0,
+                expires_at_s=3700.0,
+                scope=scope,
+            )
+    with store.session() as s:
+        assert breakglass.list(session=s) == []
 
 
 def test_postmortem_and_action_items(store: Store) -> None:

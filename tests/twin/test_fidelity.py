@@ -166,3 +166,67 @@ def test_low_load_ttft_matches_vllm_ci_numbers() -> None:
     p99 = quantile_from_hist(twin.ttft_hist[0], twin.edges, 0.99)
     assert p50 == pytest.approx(0.057, rel=0.20)
     assert p99 == pytest.approx(0.111, rel=0.20)
+
+
+def _storm_with_holders(reg: RegistrySpec, *, holders: int, new: int) -> Twin:
+    """``holders`` replicas ready and holding the digest, then ``new`` more asked for at once."""
+    spec = fleet(regions={"r": (1, holders + new, holders, 0.0)}, m=model(), registry=reg)
+    twin = Twin(spec, seed=5, record=False)
+    twin.run_for(600)  # the initial replicas hydrate and become holders
+    assert sum(r.state == READY for r in twin.replicas) == holders
+    twin.apply(ops.SetReplicas("llm-70b", "c0-0", holders + new))
+    return twin
+
+
+def test_p2p_share_of_bytes_never_exceeds_its_bound_and_peers_upload_is_finite() -> None:
+    """A 300-node storm on a region that already holds the digest: peers serve most of the bytes
+    but never more than ``p2p_max_hit_rate`` of them, and no faster than the holders can seed."""
+    reg = RegistrySpec(origin_gbytes_per_s=100.0, p2p_max_hit_rate=0.9)
+    twin = _storm_with_holders(reg, holders=20, new=300)
+    rs = twin.supply.regions[0]
+    p2p0, origin0 = rs.p2p_gb, rs.origin_gb
+    t0 = twin.t
+    worst_share = 0.0
+    worst_peer_rate_vs_upload = 0.0
+    while sum(r.state == READY for r in twin.replicas) < 320 and twin.t < t0 + 3600:
+        p2p_before = rs.p2p_gb
+        twin.step()
+        p2p, origin = rs.p2p_gb - p2p0, rs.origin_gb - origin0
+        if p2p + origin > 0:
+            worst_share = max(worst_share, p2p / (p2p + origin))
+        pulls = list(twin.supply.pulls.values())
+        partial = sum(1.0 - p.remaining_gb / p.total_gb for p in pulls)
+        seeders = 20 + 300 + partial  # an upper bound on holders this step
+        peer_rate = (rs.p2p_gb - p2p_before) / twin.dt
+        worst_peer_rate_vs_upload = max(
+            worst_peer_rate_vs_upload, peer_rate / (reg.p2p_upload_gbytes_per_s * seeders)
+        )
+    elapsed = twin.t - t0
+    p2p, origin = rs.p2p_gb - p2p0, rs.origin_gb - origin0
+    assert p2p + origin == pytest.approx(300 * 140.0, rel=1e-6)
+    assert worst_share <= 0.9 + 1e-9  # the bound holds at every step, not only at the end
+    assert p2p / (p2p + origin) > 0.5  # and peers still serve most of the bytes
+    assert worst_peer_rate_vs_upload <= 1.0 + 1e-9
+    # the storm is bound by origin + seeding, not by NICs: 42 TB cannot move in seconds
+    assert elapsed > 300 * 140.0 * 0.1 / reg.origin_gbytes_per_s
+
+
+def test_origin_rejections_per_client_are_bounded_by_the_back_off() -> None:
+    reg = RegistrySpec(
+        origin_gbytes_per_s=100.0,
+        p2p=False,
+        max_requests_per_s=500,
+        prefixes=1,
+        retry_backoff_s=2.0,
+    )
+    spec = fleet(regions={"r": (1, 50, 0, 0.0)}, m=model(), registry=reg)
+    twin = Twin(spec, seed=3, record=False)
+    twin.apply(ops.SetReplicas("llm-70b", "c0-0", 50))
+    twin.run_for(60)
+    rs = twin.supply.regions[0]
+    clients = 50
+    per_client_per_s = (rs.errors_503 + rs.errors_429) / clients / 60.0
+    assert rs.errors_503 > 0
+    assert per_client_per_s <= reg.parallel_gets / reg.retry_backoff_s + 1e-9
+    # and the origin still serves its request-rate cap: back-off does not idle it
+    assert rs.origin_gb == pytest.approx(500 * 16 / 1000 * 55, rel=0.15)

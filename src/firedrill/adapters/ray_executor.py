@@ -22,7 +22,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from firedrill.drill.many import DoneFn, DrillJob, RunOutcome, Task, run_one, usable_cpus
+from firedrill.adapters.process_executor import usable_cpus
+from firedrill.drill.many import DoneFn, DrillJob, RunOutcome, Task, run_one
 from firedrill.errors import FiredrillError
 
 MAX_LOST_ACTORS = 2  # a run whose actor died this often fails the sweep

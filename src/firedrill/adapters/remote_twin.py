@@ -1,4 +1,4 @@
-"""``RemoteTwin``: the Fleet, Signals and Clock ports over a ``firedrill twin serve`` control API.
+"""``RemoteTwin``: a drill's world (``DrillWorld``) over a ``firedrill twin serve`` control API.
 
 A drill that runs against a twin in another process can be killed without taking the world with
 it, which is exactly what recovery has to handle; and the chaos side of a drill then holds only
@@ -32,8 +32,9 @@ from firedrill.drill.wire import WireError, from_wire
 from firedrill.errors import JournalError, OperationError, RemoteWorldError, UnknownTargetError
 from firedrill.model.changes import ChangeEvent
 from firedrill.model.operations import Operation
+from firedrill.model.release import DigestRecord, ServingDigest
 from firedrill.model.series import Labels, Series
-from firedrill.model.state import CellView, NodeView
+from firedrill.model.state import CellView, FaultRecord, NodeView, ReplicaTransition
 
 __all__ = ["TOKEN_ENV", "RemoteTwin", "load_token"]
 
@@ -161,6 +162,9 @@ class RemoteTwin:
     def advance(self, seconds: float) -> None:
         self._call("POST", "/v1/advance", body={"seconds": seconds})
 
+    def settle(self) -> None:
+        self._call("POST", "/v1/settle", body={})
+
     # Fleet
 
     def apply(self, op: Operation) -> Operation:
@@ -259,6 +263,62 @@ class RemoteTwin:
             "instant vector", decode, answer
         )
         return result
+
+    # FleetHistory
+
+    def fault_events(self, *, since_s: float = 0.0) -> Sequence[FaultRecord]:
+        raw = self._field("GET", "/v1/faults", "faults", [("since_s", repr(float(since_s)))])
+        events: list[FaultRecord] = self._decode(
+            "fault list", lambda r: [from_wire(FaultRecord, e) for e in r], raw
+        )
+        return events
+
+    def replica_transitions(self, *, since_s: float = 0.0) -> Sequence[ReplicaTransition]:
+        params = [("since_s", repr(float(since_s)))]
+        raw = self._field("GET", "/v1/replica_transitions", "transitions", params)
+        events: list[ReplicaTransition] = self._decode(
+            "replica transition list", lambda r: [from_wire(ReplicaTransition, e) for e in r], raw
+        )
+        return events
+
+    # Capacity
+
+    def max_rps_per_replica(self, model: str, cell: str) -> float:
+        params = [("model", model), ("cell", cell)]
+        return float(self._field("GET", "/v1/capacity", "max_rps_per_replica", params))
+
+    def cold_cache_penalty(self, model: str, cell: str) -> float:
+        params = [("model", model), ("cell", cell)]
+        return float(self._field("GET", "/v1/capacity", "cold_cache_penalty", params))
+
+    def capacity_errors(self) -> int:
+        return int(self._field("GET", "/v1/capacity_errors", "capacity_errors"))
+
+    # Digests
+
+    def published(self, model: str) -> Sequence[DigestRecord]:
+        raw = self._field("GET", "/v1/digests", "digests", [("model", model)])
+        records: list[DigestRecord] = self._decode(
+            "digest list", lambda r: [from_wire(DigestRecord, d) for d in r], raw
+        )
+        return records
+
+    def digest_record(self, digest: str) -> DigestRecord | None:
+        raw = self._field("GET", "/v1/digests", "digests", [("digest", digest)])
+        records: list[DigestRecord] = self._decode(
+            "digest list", lambda r: [from_wire(DigestRecord, d) for d in r], raw
+        )
+        return records[0] if records else None
+
+    def serving_digests(self, region: str) -> Sequence[ServingDigest]:
+        raw = self._field("GET", "/v1/serving_digests", "serving", [("region", region)])
+        serving: list[ServingDigest] = self._decode(
+            "serving digest list", lambda r: [from_wire(ServingDigest, d) for d in r], raw
+        )
+        return serving
+
+    def unsigned_replicas_admitted(self) -> int:
+        return int(self._field("GET", "/v1/unsigned_admitted", "unsigned_replicas_admitted"))
 
     # beyond the ports: what a drill left behind
 

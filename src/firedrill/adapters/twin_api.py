@@ -4,13 +4,16 @@ A drill against a twin in its own process leaves real state behind when the dril
 (``kill -9``): a region is still blackholed, replication still paused, capacity still denied.
 That is the world ``firedrill gameday recover`` has to clean up, so the twin must be reachable
 from a different process: this module is the server side, ``adapters/remote_twin.py`` the client
-(``RemoteTwin`` implements the Fleet, Signals and Clock ports over it).
+(``RemoteTwin`` implements a drill's world, ``DrillWorld``, over it). Every answer beyond the
+Fleet, Signals and Clock reads comes from the same adapter the embedded runs use
+(``firedrill.twin.world.TwinWorld``), so a drill reads the same values either way.
 
 Endpoints (JSON; every one needs ``Authorization: Bearer <token>``)::
 
     POST /v1/apply      {"op": TypeName, "args": {...}} -> the inverse, same shape
     POST /v1/inverse    the same, but only computes the inverse (changes nothing)
     POST /v1/advance    {"seconds": s} -> {"now_s": t}   (the twin steps s seconds now)
+    POST /v1/settle     {} -> {"now_s": t}   (bins what was admitted since the last scrape)
     GET  /v1/now        {"now_s": t}
     GET  /v1/series     {"names": [...]}
     GET  /v1/query      ?name=N&start_s=A&end_s=B[&match=key=value...] -> {"series": [...]}
@@ -20,6 +23,13 @@ Endpoints (JSON; every one needs ``Authorization: Bearer <token>``)::
     GET  /v1/pods       ?node=N[&gpu=G] -> {"pods": [...]}
     GET  /v1/burn_in    ?node=N -> {"result": null | [at_s, passed, detail]}
     GET  /v1/changes    ?since_s=S[&cell=C] -> {"changes": [ChangeEvent...]}
+    GET  /v1/faults     ?since_s=S -> {"faults": [FaultRecord...]}
+    GET  /v1/replica_transitions ?since_s=S -> {"transitions": [ReplicaTransition...]}
+    GET  /v1/capacity   ?model=M&cell=C -> {"max_rps_per_replica", "cold_cache_penalty"}
+    GET  /v1/capacity_errors -> {"capacity_errors": n}
+    GET  /v1/digests    ?model=M | ?digest=D -> {"digests": [DigestRecord...]}
+    GET  /v1/serving_digests ?region=R -> {"serving": [ServingDigest...]}
+    GET  /v1/unsigned_admitted -> {"unsigned_replicas_admitted": n}
     GET  /v1/injected   what differs from the baseline -> {"now_s", "injected": [...]}
 
 A bad operation answers 400 with ``{"error", "kind"}`` (``kind``: ``bad_request``,
@@ -47,7 +57,6 @@ from __future__ import annotations
 import hmac
 import json
 import math
-import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -56,11 +65,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from firedrill.adapters.safe_files import replace_private
 from firedrill.drill.journal import decode_op, encode_op
 from firedrill.drill.wire import to_wire
-from firedrill.errors import FiredrillError, JournalError, OperationError, UnknownTargetError
+from firedrill.errors import (
+    FiredrillError,
+    JournalError,
+    OperationError,
+    UnknownTargetError,
+    UnsafePathError,
+)
 from firedrill.model import operations as ops
 from firedrill.twin.engine import Twin
+from firedrill.twin.world import TwinWorld
 
 __all__ = [
     "DEFAULT_TOKEN_FILE",
@@ -89,15 +106,16 @@ def is_loopback(host: str) -> bool:
 
 
 def write_token_file(path: Path) -> str:
-    """A fresh bearer token, written to ``path`` readable by its owner only (0600)."""
+    """A fresh bearer token, written to ``path`` readable by its owner only (0600).
+
+    Never through a link planted at ``path`` (``UnsafePathError``): the token goes into a new
+    file created exclusively and renamed into place (``adapters/safe_files.py``).
+    """
     token = secrets.token_urlsafe(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.fchmod(fd, 0o600)  # an existing file keeps its old mode through O_CREAT
-        os.write(fd, (token + "\n").encode())
-    finally:
-        os.close(fd)
+        replace_private(path, (token + "\n").encode(), what="control token")
+    except OSError as exc:
+        raise UnsafePathError(f"cannot write the control token to {path}: {exc}") from exc
     return token
 
 
@@ -325,6 +343,7 @@ class ControlApi:
         if len(token) < 16:
             raise ValueError("a control token has at least 16 characters")
         self._twin = twin
+        self._world = TwinWorld(twin)
         self._lock = lock
         self._token = token.encode()
         with lock:
@@ -340,11 +359,19 @@ class ControlApi:
             "/v1/burn_in": self._burn_in,
             "/v1/changes": self._changes,
             "/v1/injected": self._injected,
+            "/v1/faults": self._faults,
+            "/v1/replica_transitions": self._replica_transitions,
+            "/v1/capacity": self._capacity,
+            "/v1/capacity_errors": self._capacity_errors,
+            "/v1/digests": self._digests,
+            "/v1/serving_digests": self._serving_digests,
+            "/v1/unsigned_admitted": self._unsigned_admitted,
         }
         self._post: dict[str, Route] = {
             "/v1/apply": self._apply,
             "/v1/inverse": self._inverse,
             "/v1/advance": self._advance,
+            "/v1/settle": self._settle,
         }
 
     def handle(
@@ -419,6 +446,11 @@ class ControlApi:
             self._twin.advance(float(seconds))
             return {"now_s": self._twin.now_s()}
 
+    def _settle(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            self._world.settle()
+            return {"now_s": self._twin.now_s()}
+
     # reads
 
     def _now(self, _: _Query, __: bytes) -> Mapping[str, object]:
@@ -486,6 +518,49 @@ class ControlApi:
         with self._lock, _mapped():
             found = self._twin.changes(since_s=since_s or 0.0, cell=cell)
         return {"changes": to_wire(list(found))}
+
+    def _faults(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        since_s = q.opt_number("since_s") or 0.0
+        with self._lock:
+            return {"faults": to_wire(list(self._world.fault_events(since_s=since_s)))}
+
+    def _replica_transitions(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        since_s = q.opt_number("since_s") or 0.0
+        with self._lock:
+            found = self._world.replica_transitions(since_s=since_s)
+        return {"transitions": to_wire(list(found))}
+
+    def _capacity(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        model, cell = q.text("model"), q.text("cell")
+        with self._lock, _mapped():
+            return {
+                "max_rps_per_replica": _json_float(self._world.max_rps_per_replica(model, cell)),
+                "cold_cache_penalty": _json_float(self._world.cold_cache_penalty(model, cell)),
+            }
+
+    def _capacity_errors(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            return {"capacity_errors": self._world.capacity_errors()}
+
+    def _digests(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        model, digest = q.opt_text("model"), q.opt_text("digest")
+        if (model is None) == (digest is None):
+            raise _bad("digests takes exactly one of 'model' or 'digest'")
+        with self._lock, _mapped():
+            if model is not None:
+                return {"digests": to_wire(list(self._world.published(model)))}
+            assert digest is not None
+            record = self._world.digest_record(digest)
+        return {"digests": [] if record is None else [to_wire(record)]}
+
+    def _serving_digests(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        region = q.text("region")
+        with self._lock, _mapped():
+            return {"serving": to_wire(list(self._world.serving_digests(region)))}
+
+    def _unsigned_admitted(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            return {"unsigned_replicas_admitted": self._world.unsigned_replicas_admitted()}
 
     def _injected(self, _: _Query, __: bytes) -> Mapping[str, object]:
         with self._lock:

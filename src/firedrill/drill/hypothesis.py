@@ -26,7 +26,7 @@ not a held one.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,8 @@ class Measurements:
     nodes_drained: int = 0
     replicas_ejected: int = 0
     survivor_digest_attested: bool | None = None
+    # services whose users sit across the blackhole's cut (None: the drill cut no region)
+    crossing_services: Sequence[str] | None = None
     evaluate_expr: Callable[[str], float] | None = None
 
     def _steps_after_t0(self) -> list[float]:
@@ -124,6 +126,11 @@ def observe(clause: HypothesisClause, m: Measurements) -> float | None:
         case "survivor_digest_attested":
             ok = m.survivor_digest_attested
             return None if ok is None else (1.0 if ok else 0.0)
+        case "hidden_dependencies":
+            if m.crossing_services is None:
+                return None  # no region was cut: nothing was tried
+            names = [s for s in m.crossing_services if clause.service in (None, s)]
+            return float(len(names))
         case "expr":
             if m.evaluate_expr is None or clause.expr is None:
                 return None

@@ -139,7 +139,12 @@ def expand(
             return [ops.PromoteDigest(m, region, digest, signed=signed, attested=attested)]
         case NewDigestDuringPause(model=m, region=region):
             digest = digest_for(drill, index, "new-during-pause")
-            return [ops.PromoteDigest(m, region, digest, signed=True, attested=True)]
+            promote: list[ops.Operation] = [
+                ops.PromoteDigest(m, region, digest, signed=True, attested=True)
+            ]
+            if inj.survivor_attempt:  # and someone tries to run it everywhere before it lands
+                promote.append(ops.StartRollout(m, digest, inj.canary_percent))
+            return promote
         case CellDrain():
             return []
     return []

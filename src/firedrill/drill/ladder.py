@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from firedrill.model.identity import same_person
+
 __all__ = [
     "RUNG_NAMES",
     "Gate",
@@ -104,21 +106,41 @@ class Gate:
 
 
 def gate(
-    runs: Iterable[LadderRun], *, model: str, rung: int, override_reason: str | None = None
+    runs: Iterable[LadderRun],
+    *,
+    model: str,
+    rung: int,
+    override_reason: str | None = None,
+    open_below: Sequence[str] = (),
+    require_closed: bool = False,
 ) -> Gate:
-    """May ``rung`` run for ``model``? The rung below must have passed twice in a row."""
+    """May ``rung`` run for ``model``? The rung below must have passed twice in a row, and, when
+    ``require_closed``, the action items its runs raised (``open_below``: the open ones' ids)
+    must be closed."""
     rung = rung_number(rung)
     if rung == 0:
         return Gate(True, "L0 (tabletop) is always allowed")
     below = _ordered(runs, model, rung - 1)
     latest = below[-PASSES_TO_CLIMB:]
-    if len(latest) == PASSES_TO_CLIMB and all(r.passed for r in latest):
-        return Gate(True, f"L{rung - 1} passed twice in a row for {model}")
-    shown = ", ".join(r.verdict for r in reversed(latest)) or "no runs"
-    refusal = (
-        f"L{rung} for {model} needs L{rung - 1} passed twice in a row "
-        f"(latest L{rung - 1} runs, newest first: {shown})"
-    )
+    climbed = len(latest) == PASSES_TO_CLIMB and all(r.passed for r in latest)
+    items_ok = not require_closed or not open_below
+    if climbed and items_ok:
+        closed = " and its action items are closed" if require_closed else ""
+        return Gate(True, f"L{rung - 1} passed twice in a row for {model}{closed}")
+    problems = []
+    if not climbed:
+        shown = ", ".join(r.verdict for r in reversed(latest)) or "no runs"
+        problems.append(
+            f"L{rung} for {model} needs L{rung - 1} passed twice in a row "
+            f"(latest L{rung - 1} runs, newest first: {shown})"
+        )
+    if not items_ok:
+        listed = ", ".join(sorted(open_below)[:5]) + (" …" if len(open_below) > 5 else "")
+        problems.append(
+            f"L{rung} for {model} needs the action items raised at L{rung - 1} closed "
+            f"({len(open_below)} open: {listed})"
+        )
+    refusal = "; ".join(problems)
     reason = (override_reason or "").strip()
     if reason:
         return Gate(True, f"{refusal}; overridden: {reason}", overridden=True)
@@ -157,11 +179,11 @@ def rotation_warnings(
     """Warnings for a run about to happen (or just recorded, when it is the last of ``runs``)."""
     warnings = []
     previous = _ordered(runs, model, rung)
-    if previous and previous[-1].run_by == run_by:
+    if previous and same_person(previous[-1].run_by, run_by):
         warnings.append(
             f"{run_by} ran L{rung} for {model} last time too: rotate who runs the drill"
         )
-    if runbook_author is not None and runbook_author == run_by:
+    if runbook_author is not None and same_person(runbook_author, run_by):
         warnings.append(
             f"{run_by} wrote the runbook of this drill and is running it: the person who wrote "
             "the runbook is the worst tester of it; rotate who runs the drill"
@@ -186,11 +208,15 @@ def _history_warnings(runs: Sequence[LadderRun], model: str) -> list[str]:
     out = []
     for rung in range(TOP_RUNG + 1):
         ordered = _ordered(runs, model, rung)
-        if len(ordered) >= 2 and ordered[-1].run_by == ordered[-2].run_by:
+        if len(ordered) >= 2 and same_person(ordered[-1].run_by, ordered[-2].run_by):
             out.append(
                 f"L{rung}: {ordered[-1].run_by} ran the last two runs; rotate who runs the drill"
             )
-        if ordered and ordered[-1].runbook_author == ordered[-1].run_by:
+        if (
+            ordered
+            and ordered[-1].runbook_author is not None
+            and same_person(ordered[-1].runbook_author, ordered[-1].run_by)
+        ):
             out.append(
                 f"L{rung}: {ordered[-1].run_by} ran a drill of a runbook they wrote "
                 f"({ordered[-1].drill})"

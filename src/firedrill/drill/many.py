@@ -23,19 +23,20 @@ RTO, and counts in ``unmeasured`` rather than as a number.
 actor's constructor) and then only ``(index, seed)`` pairs; each run returns a `RunOutcome` of a
 few hundred bytes — never the charts or the timeline — so a thousand runs stay cheap to move.
 The summary is sorted by run index, so it is identical whatever the executor and the number of
-workers. `SerialExecutor` and `ProcessExecutor` live here; the Ray executor is an adapter
-(``firedrill.adapters.ray_executor``) so that nothing here imports Ray.
+workers. `SerialExecutor` lives here; the process pool (``firedrill.adapters.process_executor``)
+and Ray (``firedrill.adapters.ray_executor``) are adapters behind the ``Executor`` port, so that
+nothing here starts a process, handles a signal or imports Ray.
+
+**Worlds.** Every run is on a fresh world from the job's ``make_world`` (the embedded twin, as the
+caller chooses it): a picklable factory, so a worker builds its own.
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing
-import os
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,9 @@ from firedrill.drill.run import Jitter, SteadyStateError, run_drill
 from firedrill.drill.spec import DrillSpec
 from firedrill.errors import FiredrillError
 from firedrill.model.spec import FleetSpec
+from firedrill.ports import Executor as ExecutorPort
+from firedrill.ports import Task as Task  # re-exported: the executors take these
+from firedrill.ports import WorldFactory
 from firedrill.remediate.policy import PolicySpec
 
 TERMS: tuple[str, ...] = ("detect_s", "decide_s", "shift_s", "hydrate_s", "time_to_slo_s")
@@ -113,6 +117,7 @@ class DrillJob:
     slo: SloSpec
     policy: PolicySpec
     spec_sha256: str | None = None
+    make_world: WorldFactory | None = None  # picklable: each worker builds its own worlds
     injection_jitter_s: float = Jitter.injection_s  # seconds, ± around each injection's time
     demand_noise: float = Jitter.demand_noise  # added to each product's per-minute demand noise
 
@@ -180,7 +185,7 @@ def run_one(job: DrillJob, index: int, seed: int) -> RunOutcome:
     try:
         result = run_drill(
             job.spec, job.fleet, job.slo, job.policy, seed=seed, jitter=job.jitter(seed),
-            spec_sha256=job.spec_sha256,
+            spec_sha256=job.spec_sha256, make_world=job.make_world,
         )  # fmt: skip
     except SteadyStateError as exc:
         return RunOutcome(index, seed, "refused", str(exc), None)
@@ -189,15 +194,8 @@ def run_one(job: DrillJob, index: int, seed: int) -> RunOutcome:
 
 # -- executors -------------------------------------------------------------------------------------
 
-Task = tuple[int, int]  # (run index, seed)
 DoneFn = Callable[[RunOutcome], None]
-
-
-class Executor(Protocol):
-    """Runs ``job`` once per task, calls ``done`` as each run finishes, returns every outcome
-    (in any order: the summary sorts them)."""
-
-    def run(self, job: DrillJob, tasks: Sequence[Task], done: DoneFn) -> list[RunOutcome]: ...
+Executor = ExecutorPort[DrillJob, RunOutcome]  # runs a job's tasks; see ``firedrill.ports``
 
 
 class SerialExecutor:
@@ -209,63 +207,6 @@ class SerialExecutor:
             outcome = run_one(job, index, seed)
             done(outcome)
             out.append(outcome)
-        return out
-
-
-_WORKER_JOB: DrillJob | None = None  # set once per worker process by the pool's initializer
-
-
-def _init_worker(job: DrillJob) -> None:
-    global _WORKER_JOB
-    # Ctrl-C reaches the whole process group: the parent alone decides, and terminates the pool.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER_JOB = job
-
-
-def _run_task(task: Task) -> RunOutcome:
-    if _WORKER_JOB is None:
-        raise RuntimeError("the worker was started without its drill")
-    return run_one(_WORKER_JOB, task[0], task[1])
-
-
-def usable_cpus() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-class ProcessExecutor:
-    """A pool of ``workers`` local processes (``spawn``: no state is inherited but the job).
-
-    Each worker receives the job once through the pool's initializer, then ``(index, seed)``
-    pairs one at a time. Ctrl-C (or any error) terminates the workers and waits for them, so
-    nothing is left running; a run interrupted that way leaves nothing behind either, since
-    every run is on its own in-process twin.
-    """
-
-    def __init__(self, workers: int | None = None) -> None:
-        if workers is not None and workers < 1:
-            raise FiredrillError(f"workers must be at least 1 (got {workers})")
-        self.workers = workers or usable_cpus()
-
-    def run(self, job: DrillJob, tasks: Sequence[Task], done: DoneFn) -> list[RunOutcome]:
-        if not tasks:
-            return []
-        ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(min(self.workers, len(tasks)), initializer=_init_worker, initargs=(job,))
-        out: list[RunOutcome] = []
-        try:
-            for outcome in pool.imap_unordered(_run_task, tasks, chunksize=1):
-                done(outcome)
-                out.append(outcome)
-            pool.close()
-        except BaseException:
-            pool.terminate()
-            raise
-        finally:
-            pool.join()
         return out
 
 

@@ -21,16 +21,22 @@ Choices:
 - A journal of an embedded twin is finished without reverting anything: that twin lived inside
   the dead process, and so did everything injected into it.
 - A journal still locked by a running drill is left alone.
+- A journal never chooses where the control token goes: recovery talks only to the target the
+  user names (``--target``), never to the URL a journal's header holds, since anyone who can
+  write a file in the journal directory could name a server of their own there
+  (``target_for``). Without a named target, a journal of a remote twin stays unfinished with a
+  note saying which ``--target`` would recover it. Before a ``gameday run``, a journal is
+  recovered only through the run's own ``--target`` and only when it names that same twin.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from firedrill.drill.journal import Journal, JournalHeader, JournalState, pending, read
 from firedrill.errors import (
     FiredrillError,
     JournalError,
@@ -39,7 +45,9 @@ from firedrill.errors import (
     UnknownTargetError,
 )
 from firedrill.model import operations as ops
+from firedrill.model.journal import JournalHeader, JournalState
 from firedrill.model.operations import Operation
+from firedrill.ports import JournalStore, ReopenedJournal
 
 __all__ = [
     "EMBEDDED",
@@ -48,6 +56,8 @@ __all__ = [
     "RecoveryReport",
     "RevertWorld",
     "recover",
+    "same_target",
+    "target_for",
 ]
 
 EMBEDDED = "embedded"
@@ -102,12 +112,58 @@ class RecoveryReport:
         return sum(1 for j in self.journals for i in j.intents if i.outcome == "reverted")
 
 
+_URL = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?:[^@/?#]*@)?"
+    r"(?P<host>\[[^\]]*\]|[^:/?#]*)(?::(?P<port>[0-9]*))?(?P<path>[^?#]*)"
+)
+
+
+def _canonical_url(url: str) -> tuple[str, str, int | None, str]:
+    m = _URL.match(url.strip())
+    if m is None:
+        return ("", url.strip(), None, "")
+    scheme = m["scheme"].lower()
+    port = int(m["port"]) if m["port"] and len(m["port"]) <= 5 else None
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return (scheme, m["host"].strip("[]").lower(), port, m["path"].rstrip("/"))
+
+
+def same_target(a: str, b: str) -> bool:
+    """Whether two twin URLs name the same twin (scheme, host and port compared canonically)."""
+    return _canonical_url(a) == _canonical_url(b)
+
+
+def target_for(header: JournalHeader, named: str | None, *, must_match: bool = False) -> str:
+    """The URL to revert ``header``'s journal through: only ever the one the user named.
+
+    ``named`` is the ``--target`` the user gave (``None``: none). With ``must_match`` (the
+    recovery before a ``gameday run``) the journal must name that same twin. Raises
+    ``JournalError`` with what to do otherwise; the journal's own URL is never used.
+    """
+    if named is None:
+        raise JournalError(
+            f"the journal names the remote twin {header.target!r}; recovery sends the control "
+            "token only to a twin you name: if that twin is yours, run `firedrill gameday "
+            f"recover --target {header.target}`"
+        )
+    if must_match and not same_target(named, header.target):
+        raise JournalError(
+            f"the journal names the remote twin {header.target!r}, not this run's target "
+            f"{named!r}; if that twin is yours, run `firedrill gameday recover --target "
+            f"{header.target}`"
+        )
+    return named
+
+
 def _recover_one(
-    state: JournalState, world_for: Callable[[JournalHeader], RevertWorld | None]
+    journals: JournalStore,
+    state: JournalState,
+    world_for: Callable[[JournalHeader], RevertWorld | None],
 ) -> JournalRecovery:
     header = state.header
     try:
-        journal = Journal.open(state.path)
+        journal = journals.reopen(state.path)
     except JournalError as exc:
         return JournalRecovery(state.path, header, (), finished=False, note=str(exc))
     with journal:
@@ -142,7 +198,7 @@ def _recover_one(
 
 
 def _revert(
-    journal: Journal,
+    journal: ReopenedJournal,
     world: RevertWorld,
     key: int,
     op: Operation,
@@ -173,16 +229,13 @@ def _now(world: RevertWorld) -> float:
 
 
 def recover(
-    directory: Path | str,
+    journals: JournalStore,
     world_for: Callable[[JournalHeader], RevertWorld | None],
     *,
     paths: Sequence[Path] | None = None,
 ) -> RecoveryReport:
-    """Recover every unfinished, unlocked journal in ``directory`` (or just ``paths``)."""
-    if paths is None:
-        states = pending(directory, include_live=True)
-    else:
-        states = [s for s in (read(p) for p in paths) if not s.finished]
+    """Recover every unfinished, unlocked journal of ``journals`` (or just ``paths``)."""
+    states = journals.unfinished(paths)
     live = tuple(s for s in states if s.live)
-    done = tuple(_recover_one(s, world_for) for s in states if not s.live)
+    done = tuple(_recover_one(journals, s, world_for) for s in states if not s.live)
     return RecoveryReport(journals=done, live=live)

@@ -12,7 +12,12 @@ operations), so it measures the embedded twin and a remote one alike:
   broke (often the most valuable finding of the day);
 * ``security_floor`` — the bad digest denied by admission everywhere, nothing unsigned admitted,
   the survivor on its last attested digest while replication is paused (the ready-gate refusing
-  the new one until it lands), admission never set to Ignore;
+  the new one until it lands), admission never set to Ignore. Each check has a ``status``:
+  ``passed``, ``failed`` or ``not_exercised``; a check the drill never put to the test (nothing
+  tried to run the unlanded digest, no digest promoted during a pause, no admission decision)
+  says so and is not a pass (``passed`` is ``None``; ``hint`` says how the drill could have
+  exercised it). A drill exercises the ready-gate with ``new_digest_during_pause`` and
+  ``survivor_attempt: true``;
 * ``Failback`` — a second failover with less adrenaline: same signed digest and bundle on both
   sides, a green synthetic TTFT probe for N minutes, the primary's prefix cache warmed by
   mirrored traffic, weights stepped 0 → 10 → 40 → 70 → 100 while both regions are watched (one
@@ -388,7 +393,22 @@ def security_floor(
 
 
 def _check(check: str, passed: bool, detail: str) -> dict[str, object]:
-    return {"check": check, "passed": passed, "detail": detail}
+    status = "passed" if passed else "failed"
+    return {"check": check, "status": status, "passed": passed, "detail": detail}
+
+
+def _not_exercised(check: str, detail: str, hint: str | None = None) -> dict[str, object]:
+    """A check the drill never put to the test: neither a pass nor a failure. ``hint``: how
+    this drill could have exercised it."""
+    out: dict[str, object] = {
+        "check": check,
+        "status": "not_exercised",
+        "passed": None,
+        "detail": detail,
+    }
+    if hint is not None:
+        out["hint"] = hint
+    return out
 
 
 def _bad_digest_denied(
@@ -416,6 +436,12 @@ def _bad_digest_denied(
     untried = [d for d in bad if d not in denied and d not in admitted]
     if problems:
         return _check(name, False, "; ".join(problems))
+    if untried and len(untried) == len(bad):
+        return _not_exercised(
+            name,
+            f"admission never saw {', '.join(untried)}: the injection did not reach it",
+            "inject the bad digest where replicas are created, so admission has to decide",
+        )
     if untried:
         return _check(
             name, False, f"admission never saw {', '.join(untried)}: the injection did not reach it"
@@ -440,6 +466,10 @@ def _nothing_unsigned_admitted(
         )
         return _check("no_unsigned_digest_admitted", False, "admitted: " + "; ".join(what))
     n = sum(_increase([s], start, end) for s in admissions if s.label("decision") == "admit")
+    if n <= 0:
+        return _not_exercised(
+            "no_unsigned_digest_admitted", "admission admitted nothing during the drill"
+        )
     return _check(
         "no_unsigned_digest_admitted", True, f"{round(n)} admissions, all signed and attested"
     )
@@ -478,11 +508,12 @@ def _replication_pause(
                         promotions.append((at, op, t))
     targets = [(at, op, t) for at, op, t in promotions if not spec.survivor or t in spec.survivor]
     if not targets:
-        note = "not exercised: no digest was promoted while replication to the survivor was paused"
-        return [_check(serve, True, note), _check(gate, True, note)]
+        note = "no digest was promoted while replication to the survivor was paused"
+        return [_not_exercised(serve, note), _not_exercised(gate, note)]
     serve_problems: list[str] = []
     gate_notes: list[str] = []
     gate_ok = True
+    gate_tried = False
     for at, op, target in targets:
         landed_ok_from = resumed.get((op.region, target), math.inf)
         early = [
@@ -541,6 +572,7 @@ def _replication_pause(
                 f"{round(admitted)} replicas of {op.digest} admitted in {target} before it landed"
             )
         elif refusals > 0:
+            gate_tried = True
             gate_notes.append(
                 f"refused {op.digest} {round(refusals)} times in {target} until it landed"
             )
@@ -550,10 +582,17 @@ def _replication_pause(
         f"{t} kept its last attested digest while {op.digest} waited in {op.region}"
         for _, op, t in targets
     )
-    return [
-        _check(serve, not serve_problems, serve_detail),
-        _check(gate, gate_ok, "; ".join(gate_notes)),
-    ]
+    gate_check = (
+        _check(gate, gate_ok, "; ".join(gate_notes))
+        if gate_tried or not gate_ok
+        else _not_exercised(
+            gate,
+            "; ".join(gate_notes),
+            "set survivor_attempt: true on new_digest_during_pause, so a survivor really tries "
+            "to run the digest before it lands",
+        )
+    )
+    return [_check(serve, not serve_problems, serve_detail), gate_check]
 
 
 def _admission_never_ignore(

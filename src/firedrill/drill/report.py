@@ -673,7 +673,11 @@ def _sections(report: Mapping[str, Any]) -> list[tuple[str, list[Block]]]:
     floor_rows = [
         [
             _fmt(c.get("check")),
-            "NO" if c.get("passed") is False else _held(c.get("passed")),
+            "not exercised"
+            if c.get("status") == "not_exercised"
+            else "NO"
+            if c.get("passed") is False
+            else _held(c.get("passed")),
             _fmt(_first(c, "detail", "observed", "reason")),
         ]
         for c in floor

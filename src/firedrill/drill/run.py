@@ -32,7 +32,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -60,14 +60,14 @@ from firedrill.errors import FiredrillError
 from firedrill.model import operations as ops
 from firedrill.model.series import Labels, labels_of
 from firedrill.model.spec import FleetSpec
-from firedrill.ports import Clock, Fleet, Signals
+from firedrill.ports import DrillWorld, IntentJournal, Signals, WorldFactory
 from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
 from firedrill.respond import levers
 from firedrill.respond.guards import Approver, GuardResult, plan_cell_drain
 from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.levers import Lever, LeverJournalEntry
-from firedrill.twin.engine import Twin
+from firedrill.respond.severity import severity_for
 
 ProgressFn = Callable[[float], None]
 DEFAULT_TTFT_THRESHOLD_S = 2.0
@@ -77,20 +77,8 @@ DRAIN_HOLD_S = 300.0  # a cell drain holds each step this long (reference 000: 5
 _NON_FAULTS = (BadDigest, NewDigestDuringPause)  # probes: they do not start the RTO clock
 
 
-class World(Fleet, Signals, Clock, Protocol):
-    """What a drill runs against: the three ports (the twin in-process, or a remote one)."""
-
-
-class JournalPort(Protocol):
-    """The durable intent journal (``drill.journal.Journal``) as the runner uses it."""
-
-    def intend(self, op: ops.Operation, inverse: ops.Operation, at_s: float) -> int: ...
-
-    def applied(self, key: int, at_s: float) -> None: ...
-
-    def reverted(self, key: int, at_s: float) -> None: ...
-
-    def finish(self, verdict: str) -> None: ...
+World = DrillWorld  # what a drill runs against (the embedded twin, or a served one)
+JournalPort = IntentJournal  # the durable intent journal, as the runner uses it
 
 
 class SteadyStateError(FiredrillError):
@@ -416,10 +404,13 @@ def _t0(schedule: Sequence[_Scheduled]) -> float | None:
     return schedule[0].at_s if schedule else None
 
 
-def plan(spec: DrillSpec, fleet: FleetSpec, *, seed: int | None = None) -> dict[str, Any]:
-    """The drill's plan (L0 tabletop): each injection with the operations it would apply now."""
+def plan(
+    spec: DrillSpec, fleet: FleetSpec, *, make_world: WorldFactory, seed: int | None = None
+) -> dict[str, Any]:
+    """The drill's plan (L0 tabletop): each injection with the operations it would apply now,
+    on a fresh world from ``make_world`` (nothing is applied to it)."""
     fleet_eff = _effective_fleet(spec, fleet, None)
-    twin = Twin(fleet_eff, spec.seed if seed is None else seed, record=False, hours_hint=0.01)
+    twin = make_world(fleet_eff, spec.seed if seed is None else seed, 0.01)
     schedule = _schedule(spec, None)
     t0 = _t0(schedule)
     used: set[str] = set()
@@ -473,10 +464,12 @@ def run_drill(
     jitter: Jitter | None = None,
     journal: JournalPort | None = None,
     world: World | None = None,
+    make_world: WorldFactory | None = None,
     progress: ProgressFn | None = None,
     spec_sha256: str | None = None,
 ) -> DrillResult:
-    """Run ``spec`` on ``world`` (a fresh twin of ``fleet`` by default); see the module doc."""
+    """Run ``spec`` on ``world``, or on a fresh one from ``make_world`` (the embedded twin, as the
+    caller chooses it) seeded from the run's seed and jitter; see the module doc."""
     if spec.rung == "L0":
         raise FiredrillError("an L0 drill is a tabletop: print its plan, inject nothing")
     cap = spec.duration_cap_s
@@ -485,10 +478,12 @@ def run_drill(
     run_seed = spec.seed if seed is None else seed
     fleet_eff = _effective_fleet(spec, fleet, jitter)
     if world is None:
+        if make_world is None:
+            raise FiredrillError("a drill needs a world to run on (or a factory for one)")
         twin_seed = run_seed
         if jitter is not None:
             twin_seed = int(np.random.SeedSequence([run_seed, jitter.seed]).generate_state(1)[0])
-        world = Twin(fleet_eff, twin_seed, hours_hint=cap / 3600.0 + 0.05)
+        world = make_world(fleet_eff, twin_seed, cap / 3600.0 + 0.05)
     model = spec.target.model
     regions = [r.name for r in fleet_eff.regions]
     observer = Observer(world, model, regions)
@@ -530,7 +525,7 @@ def _drive(
     causes = CauseEvaluator(run.slo, world)
     notifier = Notifier(run.slo.routing)
     controller = RemediationController(policy, world)
-    book = IncidentBook(paid_products=())
+    book = IncidentBook(severity_for(run.fleet_spec.gpu_hour_usd, spec.severity), paid_products=())
     failover_approvers, drain_approvers = _approvers(spec)
     failover: Failover | None = None
     if spec.survivor and spec.target.region is not None:
@@ -707,8 +702,7 @@ def _drive(
     if not steady_checked and pending:
         raise SteadyStateError(["the duration cap ended before the first injection"], run.now())
     run.revert_all("duration cap reached" if stopped is None else "aborted")
-    if isinstance(world, Twin):
-        world.flush_ttft()
+    world.settle()
     return _report(
         run, digest=digest, t0=t0 or 0.0, first_at=first_at, stopped=stops, fired=stopped,
         failover=failover, tracker=tracker, hydrate_watch=hydrate_watch, controller=controller,
@@ -757,12 +751,8 @@ def _start_drain(
     views = list(run.world.cells())
     here = next((v for v in views if v.name == inj.cell), None)
     weight = dict(here.route_weights).get(model, 0) if here is not None else 0
-    capacity = run.world if isinstance(run.world, Twin) else None
-    if capacity is None:
-        run.refused.append(f"cell_drain {inj.cell}: the world exposes no capacity view")
-        return
     drain_plan = plan_cell_drain(
-        inj.cell, cells=views, signals=run.world, capacity=capacity, models=(model,)
+        inj.cell, cells=views, signals=run.world, capacity=run.world, models=(model,)
     )
     dr = SteppedDrain(
         fleet=run.world, cell=inj.cell, model=model, weight=int(weight), plan=drain_plan,
@@ -861,64 +851,35 @@ def _chart_point(run: _Run, now: float) -> None:
 # -- after the run ---------------------------------------------------------------------------------
 
 
-def _twin_facts(world: World, spec: DrillSpec) -> dict[str, Any]:
-    """What only the embedded twin can tell (replica digests): None values elsewhere."""
-    if not isinstance(world, Twin):
-        return {
-            "unsigned_admitted": None,
-            "survivor_digest_attested": None,
-            "capacity_errors": None,
-        }
-    tw = world
-    unsigned = sum(
-        1
-        for r in tw.replicas
-        if not (tw.digests[r.digest].signed and tw.digests[r.digest].attested)
+def _digest_facts(world: World, spec: DrillSpec) -> dict[str, Any]:
+    """The admission facts a drill judges, read through the ``Digests`` and ``Capacity`` ports:
+    replicas admitted unsigned, whether the survivors' live replicas all run signed, attested
+    digests their registry holds (None without a survivor), and refused node requests."""
+    regions = {c.region for c in world.cells()}
+    survivors = [s for s in dict.fromkeys(spec.survivor) if s in regions]
+    attested = all(
+        d.signed and d.attested and d.held for s in survivors for d in world.serving_digests(s)
     )
-    ok = True
-    survivors = {tw.region_index[s] for s in spec.survivor if s in tw.region_index}
-    for r in tw.replicas:
-        if r.state == 7:  # gone
-            continue
-        region = tw.cell_region[r.cell]
-        if region not in survivors:
-            continue
-        info = tw.digests[r.digest]
-        if not (info.signed and info.attested) or (region, r.digest) not in tw.available:
-            ok = False
     return {
-        "unsigned_admitted": unsigned,
-        "survivor_digest_attested": ok if survivors else None,
-        "capacity_errors": int(tw.capacity_errors),
+        "unsigned_admitted": world.unsigned_replicas_admitted(),
+        "survivor_digest_attested": attested if survivors else None,
+        "capacity_errors": world.capacity_errors(),
     }
 
 
-def _chains(
-    run: _Run, controller: RemediationController, notifier: Notifier
-) -> list[dict[str, Any]]:
-    """For GPU-fault injections on the twin: how far each detection-to-ready chain got."""
-    if not isinstance(run.world, Twin):
-        return []
+def _chains(run: _Run, controller: RemediationController) -> list[dict[str, Any]]:
+    """For GPU-fault injections: how far each detection-to-ready chain got."""
     gpu_ops = (ops.InjectDcgmField, ops.InjectLinkFlap, ops.InjectThermal)
-    if not any(isinstance(op, gpu_ops) for _, op in run.applied_ops):
+    applied = [(t, op) for t, op in run.applied_ops if isinstance(op, gpu_ops)]
+    if not applied:
         return []
-    from firedrill.scenario.chains import trace_chains
-    from firedrill.scenario.run import ScenarioRun
-    from firedrill.scenario.spec import ScenarioSpec, TimelineEntry
+    from firedrill.scenario.chains import ChainSources, trace_chains
 
-    shim = ScenarioRun(
-        spec=ScenarioSpec(name=run.spec.name, fleet="", slo="", duration="1h"),
-        twin=run.world,
-        controller=controller,
-        notifier=notifier,
-        alerts=list(run.alerts),
-        applied=[
-            (t, TimelineEntry(at="0s", op=type(op).__name__), op)
-            for t, op in run.applied_ops
-            if isinstance(op, gpu_ops)
-        ],
-    )
-    return [c.to_json() for c in trace_chains(shim) if c.origin == "injection"]
+    sources = ChainSources(
+        world=run.world, applied=applied, alerts=list(run.alerts), controller=controller,
+        end_s=run.world.now_s(), background=False,
+    )  # fmt: skip
+    return [c.to_json() for c in trace_chains(sources) if c.origin == "injection"]
 
 
 def _report(
@@ -958,7 +919,7 @@ def _report(
         and rto_terms.get("hydrate_s") is not None
         and float(rto_terms["hydrate_s"] or 0.0) > budget
     )
-    facts = _twin_facts(world, spec)
+    facts = _digest_facts(world, spec)
     # hydrate measurement, per watched region
     hydrate: dict[str, dict[str, Any]] = {}
     for r in hydrate_regions:
@@ -981,6 +942,16 @@ def _report(
     def evaluate_expr(text: str) -> float:
         return expr.scalar_of(expr.evaluate(text, world, world.now_s))
 
+    # hidden cross-region dependencies (a clause can count them, a finding names each)
+    dependencies: list[dict[str, Any]] = []
+    cut = [i.region for i in spec.injections if isinstance(i, RegionBlackhole)]
+    if cut:
+        dependencies = [
+            {k: _clean(v) for k, v in dict(d).items()}
+            for d in recovery.dependency_findings(
+                run.fleet_spec, world, cut=cut, start_s=t0, end_s=end
+            )
+        ]
     actions = [a for a in controller.state.actions if a.at_s >= t0 - 1e-6 and not a.dry_run]
     m = Measurements(
         observer=obs,
@@ -994,20 +965,12 @@ def _report(
         nodes_drained=sum(1 for a in actions if a.action == "drain"),
         replicas_ejected=sum(1 for a in actions if a.action == "eject"),
         survivor_digest_attested=facts["survivor_digest_attested"],
+        crossing_services=[str(d["service"]) for d in dependencies] if cut else None,
         evaluate_expr=evaluate_expr,
     )
     clauses = [judge(h, m) for h in spec.hypothesis]
-    chains = _chains(run, controller, Notifier(run.slo.routing))
+    chains = _chains(run, controller)
     # what drill.recovery adds: dependencies, the security floor, failback steps
-    dependencies: list[dict[str, Any]] = []
-    cut = [i.region for i in spec.injections if isinstance(i, RegionBlackhole)]
-    if cut:
-        dependencies = [
-            {k: _clean(v) for k, v in dict(d).items()}
-            for d in recovery.dependency_findings(
-                run.fleet_spec, world, cut=cut, start_s=t0, end_s=end
-            )
-        ]
     security = [
         {k: _clean(v) for k, v in dict(c).items()}
         for c in recovery.security_floor(world, spec, list(run.applied_ops), start_s=0.0, end_s=end)

@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from firedrill.detect.slo import SloSpec
 from firedrill.model.spec import NAME_RE, FleetSpec
 from firedrill.remediate.policy import PolicySpec
 from firedrill.respond.guards import Role
+from firedrill.respond.severity import SevMatrix, refuse_price
 
 DURATION_RE = r"^[0-9]+(ms|s|m|h|d)$"
 SIGNED_DURATION_RE = r"^-?[0-9]+(ms|s|m|h|d)$"
@@ -54,6 +55,7 @@ HypothesisMetric = Literal[
     "nodes_drained",
     "replicas_ejected",
     "survivor_digest_attested",
+    "hidden_dependencies",
     "expr",
 ]
 
@@ -142,6 +144,7 @@ class HypothesisClause(_Strict):
     region: Name | None = None
     model: Name | None = None
     expr: str | None = None  # with metric 'expr': a PromQL-subset expression, evaluated at the end
+    service: Name | None = None  # with metric 'hidden_dependencies': one service of the fleet
     owner: str | None = None  # who owns the gap when the clause fails
     finding: FindingKind = "runbook_step"  # what kind of action item a failure becomes
 
@@ -151,6 +154,10 @@ class HypothesisClause(_Strict):
             raise ValueError("metric 'expr' needs an 'expr'")
         if self.metric != "expr" and self.expr is not None:
             raise ValueError(f"'expr' is only for metric 'expr' (metric is '{self.metric}')")
+        if self.service is not None and self.metric != "hidden_dependencies":
+            raise ValueError(
+                f"'service' is only for metric 'hidden_dependencies' (metric is '{self.metric}')"
+            )
         return self
 
 
@@ -389,11 +396,19 @@ class BadDigest(_InjectionBase):
 
 
 class NewDigestDuringPause(_InjectionBase):
-    """Promote a new signed digest in the primary while replication is paused (RPO_weights)."""
+    """Promote a new signed digest in the primary while replication is paused (RPO_weights).
+
+    With ``survivor_attempt`` the new digest is also rolled out at once as a canary
+    (``canary_percent`` of each pool), the way someone in a hurry would: every survivor is then
+    really asked to run a digest that has not landed there, so the security floor's ready-gate
+    check is exercised rather than reported ``not_exercised``.
+    """
 
     kind: Literal["new_digest_during_pause"]
     model: Name
     region: Name
+    survivor_attempt: bool = False
+    canary_percent: Annotated[int, Field(ge=1, le=100)] = 10
 
 
 Injection = Annotated[
@@ -529,6 +544,9 @@ class DrillSpec(_Strict):
     run_by: str | None = None
     runbook_author: str | None = None
     abort_owner: str | None = None
+    # The ladder: this rung runs only when the action items that runs of the rung below raised
+    # are closed (or an override reason is recorded).
+    require_closed_findings: bool = False
     # Who approves the response's levers, by incident role (default: run_by is the incident
     # commander, the other roles are the on-call aliases).
     responders: dict[Role, str] = {}
@@ -549,6 +567,13 @@ class DrillSpec(_Strict):
     freeze_competitors: bool = True
     failback: FailbackSpec = FailbackSpec()
     owners: dict[FindingKind, str] = Field(default_factory=_default_owners)
+    # Severity thresholds (default: respond/severity.py's table); the GPU-hour price is the fleet's.
+    severity: SevMatrix | None = None
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _severity_price_is_the_fleets(cls, data: object) -> object:
+        return refuse_price(data)
 
     @model_validator(mode="before")
     @classmethod

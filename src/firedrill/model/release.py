@@ -27,3 +27,35 @@ class RolloutView:
     def running(self) -> bool:
         """Whether a canary is running (a step above 0%)."""
         return self.canary_digest is not None and self.canary_percent > 0
+
+
+@dataclass(frozen=True)
+class DigestRecord:
+    """A weights digest the fleet published for a model, with its signature and attestation."""
+
+    model: str
+    digest: str
+    signed: bool
+    attested: bool
+
+    @property
+    def trusted(self) -> bool:
+        """Signed and attested: what admission admits and a rollback may target."""
+        return self.signed and self.attested
+
+
+@dataclass(frozen=True)
+class ServingDigest:
+    """Live replicas of one model in one region that run one digest.
+
+    ``held`` says whether the region's registry holds those weights (a replica that has to
+    hydrate again can), which replication pauses and cuts decide.
+    """
+
+    model: str
+    region: str
+    digest: str
+    replicas: int
+    signed: bool
+    attested: bool
+    held: bool

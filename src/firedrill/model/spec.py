@@ -83,7 +83,10 @@ class RegistrySpec(StrictModel):
     p2p: bool = True
     p2p_max_hit_rate: Fraction = 0.9  # asymptotic share of bytes served by peers
     p2p_half_saturation_nodes: PositiveFloat = 8.0  # holders at which the hit rate is half max
+    # GB/s one holder seeds to its peers (a share of its NIC: it also serves or pulls)
+    p2p_upload_gbytes_per_s: PositiveFloat = 5.0
     retry_backoff_s: PositiveFloat = 2.0  # back-off after a 503/429
+    parallel_gets: Annotated[int, Field(ge=1, le=1024)] = 16  # ranged GETs a client keeps open
 
 
 class CapacitySpec(StrictModel):

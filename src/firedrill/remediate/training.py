@@ -34,6 +34,7 @@ from firedrill.errors import OperationError
 from firedrill.model import operations as ops
 from firedrill.model.series import Labels
 from firedrill.ports import Signals
+from firedrill.ports.training import RankRecordLike, TrainingReader
 
 QUARANTINE_KEY = "gpu.corp/quarantine"
 REASON_LABEL = "gpu.corp/quarantine-reason"
@@ -47,66 +48,7 @@ STATE_SERIES = "firedrill_jobset_state"
 
 
 # ---------------------------------------------------------------------------------------------
-# what the runbook reads
-
-
-class RankRecordLike(Protocol):
-    """One flight-recorder entry (the twin's ``RankRecord``, or a parsed dump)."""
-
-    @property
-    def rank(self) -> int: ...
-
-    @property
-    def node(self) -> str: ...
-
-    @property
-    def gpu(self) -> int: ...
-
-    @property
-    def last_collective(self) -> str: ...
-
-    @property
-    def seq(self) -> int: ...
-
-
-class JobSetLike(Protocol):
-    """What the runbook reads of a JobSet (the twin's ``JobSetView``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def state(self) -> str: ...
-
-    @property
-    def nodes(self) -> tuple[str, ...]: ...
-
-    @property
-    def ranks(self) -> int: ...
-
-    @property
-    def step(self) -> float: ...
-
-    @property
-    def checkpoint_step(self) -> int: ...
-
-    @property
-    def restart_cost_s(self) -> float: ...
-
-    @property
-    def gpu_hours_stalled(self) -> float: ...
-
-    @property
-    def gpu_hours_redone(self) -> float: ...
-
-    @property
-    def gpu_hours_slowed(self) -> float: ...
-
-
-class TrainingReader(Protocol):
-    def jobset(self, name: str) -> JobSetLike:
-        """The JobSet's current state; unknown names raise ``UnknownTargetError``."""
-        ...
+# what the runbook reads (``RankRecordLike``, ``JobSetLike``, ``TrainingReader``: the Training port)
 
 
 class OpsFleet(Protocol):

@@ -4,13 +4,16 @@ On-call holds exactly the runbook verbs. When an incident needs more, a break-gl
 it, under rules that keep the escape hatch from becoming the usual door:
 
 * **Two-person rule.** Two distinct approvers, neither of them the requester nor the identity
-  being granted. At SEV1 the two are the incident commander and the security lead.
+  being granted. At SEV1 the two are the incident commander and the security lead. People are
+  told apart by ``model.identity.canonical_identity`` (``alice`` and ``Alice`` are one person).
 * **Expiry.** A grant lasts one hour by default and four at most; ``reap`` removes expired
   grants the way a controller deletes an expired binding, and a reaped grant cannot be used.
 * **Every use pages security** and leaves an audit record at full fidelity.
 * **No weights by default.** The identity is kept out of weight buckets (``models/*``) unless the
-  request explicitly asked for them.
-* **Never cluster-admin.** A break-glass scope is what the incident needs, not everything.
+  request explicitly asked for them; paths are normalised before they are matched
+  (``model.access.is_weight_path``: ``/models/x``, ``./models/x``, ``Models/x`` are weights).
+* **Never cluster-admin.** A break-glass scope is what the incident needs, not everything: one
+  entry of an allowlist (``model.access.scope_refusal``), never a wildcard, list or group.
 
 The broker is pure: callers pass simulated times in, and deliver the pages and audit records it
 returns.
@@ -23,6 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Final, NamedTuple
 
 from firedrill.errors import OperationError, UnknownTargetError
+from firedrill.model.access import is_weight_path, scope_refusal
+from firedrill.model.identity import canonical_identity, same_person
 from firedrill.respond.severity import Sev
 
 DEFAULT_TTL_S: Final = 3600.0  # seconds a grant lasts unless the request says otherwise
@@ -30,9 +35,6 @@ MAX_TTL_S: Final = 4 * 3600.0
 INCIDENT_COMMANDER: Final = "incident_commander"
 SECURITY_LEAD: Final = "security_lead"
 SEV1_ROLES: Final = frozenset({INCIDENT_COMMANDER, SECURITY_LEAD})
-# Scopes that are everything at once; system:masters is cluster-admin by another name.
-REFUSED_SCOPES: Final = frozenset({"cluster-admin", "system:masters"})
-WEIGHT_PREFIXES: Final = ("models/",)
 AUDIT_LEVEL: Final = "RequestResponse"  # break-glass identities are audited at full fidelity
 
 
@@ -123,7 +125,7 @@ def _check_time(at_s: float) -> None:
 
 def can_access(grant: Grant, resource: str) -> bool:
     """Whether the grant reaches ``resource``; weight buckets only when explicitly asked for."""
-    if resource.startswith(WEIGHT_PREFIXES):
+    if is_weight_path(resource):
         return grant.include_weight_buckets
     return True
 
@@ -171,20 +173,15 @@ class BreakGlassBroker:
         ttl_s: float = DEFAULT_TTL_S,
         include_weight_buckets: bool = False,
     ) -> BreakGlassRequest:
-        """Ask for access; refused for cluster-admin, without a reason, or over the max TTL."""
+        """Ask for access; refused for a scope off the allowlist (cluster-admin above all),
+        without a reason, or over the max TTL."""
         _check_time(at_s)
         who = requested_by.strip()
-        if not identity.strip() or not who:
+        if not canonical_identity(identity) or not canonical_identity(who):
             raise self._refuse(at_s, who, "", "a request names the identity and the requester")
-        if scope.strip().lower() in REFUSED_SCOPES:
-            raise self._refuse(
-                at_s,
-                who,
-                identity,
-                f"'{scope}' is never a break-glass scope: ask for the verbs the incident needs",
-            )
-        if not scope.strip():
-            raise self._refuse(at_s, who, identity, "a request needs a scope")
+        why = scope_refusal(scope)
+        if why is not None:
+            raise self._refuse(at_s, who, identity, why)
         if not reason.strip():
             raise self._refuse(at_s, who, identity, "a request needs a reason")
         if not 0 < ttl_s <= MAX_TTL_S:
@@ -225,15 +222,15 @@ class BreakGlassBroker:
         _check_time(at_s)
         req = self.pending(request_id)
         who = approver.strip()
-        if not who:
+        if not canonical_identity(who):
             raise self._refuse(at_s, who, request_id, "an approval names the approver")
         if at_s < req.at_s:
             raise ValueError(f"at_s {at_s} is before the request ({req.at_s})")
-        if who in (req.requested_by, req.identity):
+        if same_person(who, req.requested_by) or same_person(who, req.identity):
             raise self._refuse(
                 at_s, who, request_id, f"{who} cannot approve their own break-glass request"
             )
-        if any(a.approver == who for a in req.approvals):
+        if any(same_person(a.approver, who) for a in req.approvals):
             raise self._refuse(
                 at_s, who, request_id, f"{who} already approved: two distinct people are needed"
             )

@@ -15,6 +15,13 @@ incident's records are exported as they were. A bundle holds, for one tenant and
   each file's sha256, size and record count; ``SHA256SUMS`` lists every file, the manifest too,
   in ``sha256sum -c`` format.
 
+A sha256 list only shows a file changed if the list itself was not rewritten to match. Someone
+who can rewrite every file can rewrite the list too, so a bundle can also be signed:
+``SHA256SUMS.hmac`` holds an HMAC-SHA256 of ``SHA256SUMS`` under a key the exporter and the
+auditor share and the people with write access to the evidence store do not (``sign_bundle``;
+``verify(files, key=...)`` checks it, and a signature made with another key is named as such by
+its key id). The key never appears in the bundle: the key id is a hash of it.
+
 Everything here is pure: the bytes are built from values (JSON with sorted keys, one record a
 line, so the same run gives the same bytes), and ``verify`` checks a set of files against their
 manifest. Writing them once and read-only is the adapter's job (``firedrill.adapters.evidence``).
@@ -23,6 +30,7 @@ manifest. Writing them once and read-only is the adapter's job (``firedrill.adap
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -42,6 +50,9 @@ from firedrill.respond.levers import LeverJournalEntry
 FORMAT: Final = "firedrill-evidence/1"
 MANIFEST: Final = "manifest.json"
 SUMS: Final = "SHA256SUMS"
+SIGNATURE: Final = "SHA256SUMS.hmac"  # HMAC-SHA256 of SHA256SUMS; not listed in it
+SIGNATURE_ALG: Final = "hmac-sha256"
+MIN_KEY_BYTES: Final = 32
 RECORD_FILES: Final = (
     "egress-proxy.jsonl",
     "toolgw.jsonl",
@@ -240,8 +251,74 @@ def _by_time(r: EgressRecord | ToolCallRecord) -> float:
     return r.at_s
 
 
-def verify(files: Mapping[str, bytes]) -> list[str]:
-    """Problems with a set of evidence files: missing, extra or changed; empty when it verifies."""
+def key_id(key: bytes) -> str:
+    """A short name of a signing key that reveals nothing of it."""
+    return hashlib.sha256(b"firedrill-evidence-key\0" + key).hexdigest()[:16]
+
+
+def _mac(sums: bytes, key: bytes) -> str:
+    return hmac.new(key, sums, hashlib.sha256).hexdigest()
+
+
+def sign_bundle(bundle: EvidenceBundle, key: bytes) -> EvidenceBundle:
+    """The bundle with ``SHA256SUMS.hmac``: an HMAC-SHA256 of its ``SHA256SUMS`` under ``key``."""
+    if len(key) < MIN_KEY_BYTES:
+        raise EvidenceError(f"an evidence key has at least {MIN_KEY_BYTES} bytes, got {len(key)}")
+    if any(f.name == SIGNATURE for f in bundle.files):
+        raise EvidenceError("the bundle is already signed")
+    sums = bundle.file(SUMS).data
+    body = {"alg": SIGNATURE_ALG, "key_id": key_id(key), "signs": SUMS, "mac": _mac(sums, key)}
+    data = (json.dumps(body, indent=2, sort_keys=True) + "\n").encode()
+    signature = EvidenceFile(SIGNATURE, data, 1)
+    return EvidenceBundle(
+        bundle.incident,
+        bundle.tenant,
+        bundle.start_s,
+        bundle.end_s,
+        bundle.complete,
+        (*bundle.files, signature),
+    )
+
+
+def check_signature(files: Mapping[str, bytes], key: bytes) -> list[str]:
+    """Problems with the bundle's signature under ``key``; empty when it verifies."""
+    raw = files.get(SIGNATURE)
+    if raw is None:
+        return [f"{SIGNATURE} is missing: the evidence is not signed"]
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not all(
+        isinstance(body.get(k), str) for k in ("alg", "key_id", "mac")
+    ):
+        return [f"{SIGNATURE} is not an evidence signature"]
+    if body["alg"] != SIGNATURE_ALG:
+        return [f"{SIGNATURE}: unknown algorithm {body['alg']!r} (expected {SIGNATURE_ALG})"]
+    if body["key_id"] != key_id(key):
+        return [
+            f"{SIGNATURE} was made with another key (key id {body['key_id']}, this key is "
+            f"{key_id(key)})"
+        ]
+    sums = files.get(SUMS)
+    if sums is None or not hmac.compare_digest(body["mac"], _mac(sums, key)):
+        return [f"{SIGNATURE} does not match {SUMS}: the evidence was rewritten after signing"]
+    return []
+
+
+def signature_key_id(files: Mapping[str, bytes]) -> str | None:
+    """The key id a bundle says it was signed with (``None``: unsigned or unreadable)."""
+    try:
+        body = json.loads(files[SIGNATURE])
+    except (KeyError, ValueError):
+        return None
+    value = body.get("key_id") if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def verify(files: Mapping[str, bytes], *, key: bytes | None = None) -> list[str]:
+    """Problems with a set of evidence files: missing, extra or changed, a manifest of the wrong
+    shape, and with ``key`` a missing or wrong signature; empty when it verifies."""
     problems: list[str] = []
     if SUMS not in files:
         return [f"{SUMS} is missing"]
@@ -252,7 +329,7 @@ def verify(files: Mapping[str, bytes]) -> list[str]:
             problems.append(f"{SUMS} line {n} is not '<sha256>  <file>'")
             continue
         listed[name] = digest
-    for name in sorted(set(files) - set(listed) - {SUMS}):
+    for name in sorted(set(files) - set(listed) - {SUMS, SIGNATURE}):
         problems.append(f"{name} is not listed in {SUMS}")
     for name, digest in sorted(listed.items()):
         data = files.get(name)
@@ -261,15 +338,35 @@ def verify(files: Mapping[str, bytes]) -> list[str]:
         elif hashlib.sha256(data).hexdigest() != digest:
             problems.append(f"{name} changed: its sha256 is not the one recorded")
     if MANIFEST in files and MANIFEST in listed:
-        try:
-            manifest = json.loads(files[MANIFEST])
-            recorded = manifest["files"]
-        except (ValueError, KeyError, TypeError):
-            return [*problems, f"{MANIFEST} is not an evidence manifest"]
-        for name, meta in sorted(recorded.items()):
-            data = files.get(name)
-            if data is not None and hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-                problems.append(f"{name} does not match {MANIFEST}")
+        problems += _check_manifest(files)
     elif MANIFEST not in files:
         problems.append(f"{MANIFEST} is missing")
+    if key is not None:
+        problems += check_signature(files, key)
+    return problems
+
+
+def _check_manifest(files: Mapping[str, bytes]) -> list[str]:
+    """The manifest's shape and its per-file sha256s; a wrong shape is named, never a crash."""
+    try:
+        manifest = json.loads(files[MANIFEST])
+    except ValueError as exc:
+        return [f"{MANIFEST} is not JSON: {exc}"]
+    if not isinstance(manifest, dict):
+        return [f"{MANIFEST} is not an evidence manifest: expected an object"]
+    if manifest.get("format") != FORMAT:
+        return [f"{MANIFEST} is not an evidence manifest: format is not {FORMAT!r}"]
+    recorded = manifest.get("files")
+    if not isinstance(recorded, dict):
+        return [f"{MANIFEST} is not an evidence manifest: 'files' is not an object"]
+    problems: list[str] = []
+    for name, meta in sorted(recorded.items(), key=lambda kv: str(kv[0])):
+        if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
+            problems.append(f"{MANIFEST}: files.{name} has no sha256")
+            continue
+        data = files.get(name)
+        if data is None:
+            problems.append(f"{name} is in {MANIFEST} but missing")
+        elif hashlib.sha256(data).hexdigest() != meta["sha256"]:
+            problems.append(f"{name} does not match {MANIFEST}")
     return problems

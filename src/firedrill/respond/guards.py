@@ -18,23 +18,22 @@ why a lever went ahead or was refused:
   are recognised (``widens_access``), and the shortcuts people reach for under pressure
   (``UnsafeRequest``) are refused outright, each with what to do instead.
 
-The math takes plain numbers (``drain_headroom``); the readers (``plan_cell_drain``) only gather
-those numbers through the ``Signals`` port and a small ``CapacityView``.
+The math takes plain numbers (``drain_headroom``); the readers (``plan_cell_drain``,
+``check_rollback_target``) only gather them through the ``Signals``, ``Capacity`` and ``Digests``
+ports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import Literal
 
 from firedrill.errors import UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.model.identity import canonical_identity
 from firedrill.model.state import CellView
-from firedrill.ports import Signals
+from firedrill.ports import Capacity, Digests, Signals
 from firedrill.respond.severity import Sev
 
 DRAIN_STEPS_PERCENT = (100, 50, 0)  # a drain shifts a cell's weight in these steps (reference 000)
@@ -59,21 +58,59 @@ Role = Literal[
 ]
 
 
+class _Seal:
+    """The mark of a result minted here; one instance, kept through copies and pickling."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> str:
+        return "_SEAL"
+
+    def __copy__(self) -> _Seal:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _Seal:
+        return self
+
+
+_SEAL = _Seal()
+
+
 @dataclass(frozen=True)
 class GuardResult:
-    """One guard's verdict. ``guard`` names the check, so a journal can show which ones ran."""
+    """One guard's verdict. ``guard`` names the check, so a journal can show which ones ran.
+
+    Only the guards (``passed`` and ``refused`` here) mint a genuine result: anything built
+    another way (``GuardResult(True, ...)``, ``dataclasses.replace`` of a refusal) is not
+    ``genuine``, and a lever pull does not count it as a guard that ran (``levers._vet``).
+    """
 
     ok: bool
     reason: str
     guard: str = ""
 
+    @property
+    def genuine(self) -> bool:
+        """Minted by a guard of this module, not made up by a caller."""
+        return getattr(self, _SEAL_ATTR, None) is _SEAL
 
-def passed(guard: str, reason: str) -> GuardResult:
-    return GuardResult(True, reason, guard)
+
+_SEAL_ATTR = "_guard_seal"  # an attribute, not a field: asdict/replace/== never see or copy it
+
+
+def _mint(ok: bool, guard: str, reason: str) -> GuardResult:
+    result = GuardResult(ok, reason, guard)
+    object.__setattr__(result, _SEAL_ATTR, _SEAL)
+    return result
+
+
+def _passed(guard: str, reason: str) -> GuardResult:
+    return _mint(True, guard, reason)
 
 
 def refused(guard: str, reason: str) -> GuardResult:
-    return GuardResult(False, reason, guard)
+    """A refusal: anyone may refuse (it only ever stops a lever)."""
+    return _mint(False, guard, reason)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +125,26 @@ class Approver:
     role: Role
 
 
+def _assign(
+    slots: Sequence[frozenset[Role] | None], holders: Mapping[str, frozenset[Role]]
+) -> dict[int, str] | None:
+    """Distinct people for the role slots (``None``: any role), or None when none exists."""
+
+    def fill(i: int, taken: dict[int, str]) -> dict[int, str] | None:
+        if i == len(slots):
+            return taken
+        want = slots[i]
+        for person, roles in sorted(holders.items()):
+            if person in taken.values() or (want is not None and not want & roles):
+                continue
+            found = fill(i + 1, {**taken, i: person})
+            if found is not None:
+                return found
+        return None
+
+    return fill(0, {})
+
+
 def check_approvals(
     kind: str,
     approvers: Sequence[Approver],
@@ -96,27 +153,49 @@ def check_approvals(
     fleet_scope: bool,
     fleet_roles: Collection[Role] = (),
 ) -> GuardResult:
-    """The lever's owner approved it; fleet-wide levers also have a second, distinct approver."""
+    """The lever's owner approved it; fleet-wide levers also have a second, distinct approver,
+    and every role they need is held by a different person.
+
+    People are told apart canonically (``model.identity``): ``alice`` and ``Alice`` are one
+    person, so one person approving in two roles, or under two spellings, is one approval.
+    """
     guard = "approvals"
     owners = " or ".join(sorted(decided_by))
     if not approvers:
         return refused(guard, f"{kind} needs approval by the {owners}")
+    holders: dict[str, frozenset[Role]] = {}
+    for a in approvers:
+        who = canonical_identity(a.name)
+        if not who:
+            return refused(guard, f"{kind}: an approval names nobody ({a.name!r} as {a.role})")
+        holders[who] = holders.get(who, frozenset()) | {a.role}
     if not any(a.role in decided_by for a in approvers):
         who = ", ".join(f"{a.name} ({a.role})" for a in approvers)
         return refused(guard, f"{kind} is decided by the {owners}; approved only by {who}")
-    people = {a.name.strip().casefold() for a in approvers}
-    if fleet_scope and len(people) < 2:
-        return refused(
-            guard,
-            f"{kind} edits fleet-wide state: it needs a second approver, distinct from "
-            f"{approvers[0].name}",
-        )
     if fleet_scope:
+        if len(holders) < 2:
+            return refused(
+                guard,
+                f"{kind} edits fleet-wide state: it needs a second approver, distinct from "
+                f"{approvers[0].name}",
+            )
         missing = sorted(set(fleet_roles) - {a.role for a in approvers})
         if missing:
             return refused(guard, f"fleet-wide {kind} also needs the {', '.join(missing)}")
+        slots: list[frozenset[Role] | None] = [frozenset(decided_by)]
+        slots += [frozenset({r}) for r in sorted(fleet_roles)]
+        if len(slots) < 2:
+            slots.append(None)  # a second person, in any role
+        if _assign(slots, holders) is None:
+            roles = [owners, *sorted(fleet_roles)] if fleet_roles else [owners, "a second person"]
+            shared = ", ".join(dict.fromkeys(f"{a.name} ({a.role})" for a in approvers))
+            return refused(
+                guard,
+                f"fleet-wide {kind} needs the {' and the '.join(roles)} held by distinct "
+                f"people; approved by {shared}",
+            )
     names = ", ".join(dict.fromkeys(f"{a.name} ({a.role})" for a in approvers))
-    return passed(guard, f"{kind} approved by {names}")
+    return _passed(guard, f"{kind} approved by {names}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +269,7 @@ class DrainHeadroom:
                 f"cold-cache penalty {self.cold_penalty:.0%}, {limit}",
             )
         parts = ", ".join(f"{r.cell} {r.utilization:.0%}" for r in self.receivers)
-        return passed(
+        return _passed(
             guard,
             f"{self.model}: {self.cell}'s {self.moved_rps:.0f} req/s fits: {parts} "
             f"with the cold-cache penalty, {limit}",
@@ -260,7 +339,7 @@ class DrainPlan:
         bad = [h.result for h in self.headroom if not h.ok]
         if bad:
             return refused("drain_headroom", "; ".join(r.reason for r in bad))
-        return passed("drain_headroom", "; ".join(h.result.reason for h in self.headroom))
+        return _passed("drain_headroom", "; ".join(h.result.reason for h in self.headroom))
 
     def burning(self, receiver_burn_rates: Mapping[str, float]) -> tuple[str, ...]:
         """Receivers burning their error budget at or above the fast-burn rate."""
@@ -271,25 +350,7 @@ class DrainPlan:
         return bool(self.burning(receiver_burn_rates))
 
 
-class PoolConstants(Protocol):
-    @property
-    def cold_penalty(self) -> npt.NDArray[np.float64]: ...
-
-
-class CapacityView(Protocol):
-    """Per-pool capacity constants (a pool is one model in one cell, laid out model-major)."""
-
-    @property
-    def max_rps_per_replica(self) -> npt.NDArray[np.float64]: ...
-
-    @property
-    def shape(self) -> PoolConstants: ...
-
-    @property
-    def model_index(self) -> Mapping[str, int]: ...
-
-    @property
-    def cell_names(self) -> Sequence[str]: ...
+CapacityView = Capacity  # the name the levers and the responder knew it by
 
 
 def _by_cell(signals: Signals, name: str, model: str) -> dict[str, float]:
@@ -307,7 +368,7 @@ def plan_cell_drain(
     *,
     cells: Sequence[CellView],
     signals: Signals,
-    capacity: CapacityView,
+    capacity: Capacity,
     models: Sequence[str] = (),
     max_utilization: float = MAX_RECEIVER_UTILIZATION,
     fast_burn: float = FAST_BURN,
@@ -324,21 +385,20 @@ def plan_cell_drain(
     region_cells = [c for c in cells if c.region == here.region]
     weights = dict(here.route_weights)
     chosen = list(models) or [m for m, w in here.route_weights if w > 0]
-    pos = {c: i for i, c in enumerate(capacity.cell_names)}
     plans: list[DrainHeadroom] = []
     for model in chosen:
-        if model not in weights or model not in capacity.model_index:
+        if model not in weights:
             raise UnknownTargetError("model", model)
+        capacity.max_rps_per_replica(model, cell)  # an unknown model raises before any read
         offered = _by_cell(signals, "firedrill_offered_requests_per_second", model)
         ready = _by_cell(signals, "firedrill_replicas_ready", model)
         desired = _by_cell(signals, "firedrill_replicas_desired", model)
-        base = capacity.model_index[model] * len(capacity.cell_names)
         loads = {
             view.name: CellLoad(
                 cell=view.name,
                 offered_rps=offered.get(view.name, 0.0),
                 replicas=min(ready.get(view.name, 0.0), desired.get(view.name, float("inf"))),
-                max_rps_per_replica=float(capacity.max_rps_per_replica[base + pos[view.name]]),
+                max_rps_per_replica=capacity.max_rps_per_replica(model, view.name),
                 route_weight=0.0 if view.quarantined else dict(view.route_weights).get(model, 0),
             )
             for view in region_cells
@@ -348,7 +408,7 @@ def plan_cell_drain(
                 model,
                 loads[cell],
                 [load for name, load in loads.items() if name != cell],
-                cold_penalty=float(capacity.shape.cold_penalty[base + pos[cell]]),
+                cold_penalty=capacity.cold_cache_penalty(model, cell),
                 max_utilization=max_utilization,
             )
         )
@@ -359,42 +419,17 @@ def plan_cell_drain(
 # rollback targets
 
 
-class DigestRecord(Protocol):
-    @property
-    def model(self) -> int: ...
-
-    @property
-    def digest(self) -> str: ...
-
-    @property
-    def signed(self) -> bool: ...
-
-    @property
-    def attested(self) -> bool: ...
+DigestCatalog = Digests  # the name the levers and the responder knew it by
 
 
-class DigestCatalog(Protocol):
-    """Every weights digest the fleet has published, with its signature and attestation."""
-
-    @property
-    def digests(self) -> Sequence[DigestRecord]: ...
-
-    @property
-    def digest_index(self) -> Mapping[str, int]: ...
-
-    @property
-    def model_index(self) -> Mapping[str, int]: ...
-
-
-def check_rollback_target(catalog: DigestCatalog, model: str, digest: str) -> GuardResult:
+def check_rollback_target(catalog: Digests, model: str, digest: str) -> GuardResult:
     """A rollback target was published before, for this model, signed and attested."""
     guard = "rollback_target"
-    if model not in catalog.model_index:
-        raise UnknownTargetError("model", model)
-    if digest not in catalog.digest_index:
+    catalog.published(model)  # an unknown model raises UnknownTargetError
+    info = catalog.digest_record(digest)
+    if info is None:
         return refused(guard, f"{digest} was never published for {model}: not a rollback target")
-    info = catalog.digests[catalog.digest_index[digest]]
-    if info.model != catalog.model_index[model]:
+    if info.model != model:
         return refused(guard, f"{digest} is not a digest of {model}")
     missing = [w for w, ok in (("signed", info.signed), ("attested", info.attested)) if not ok]
     if missing:
@@ -403,7 +438,7 @@ def check_rollback_target(catalog: DigestCatalog, model: str, digest: str) -> Gu
             f"{digest} is not {' or '.join(missing)}: admission would deny it, and a rollback "
             "goes through admission like any deploy",
         )
-    return passed(guard, f"{digest} is a previous {model} digest, signed and attested")
+    return _passed(guard, f"{digest} is a previous {model} digest, signed and attested")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,12 +461,18 @@ def check_scale_in_paused(
     *,
     incident_tags: Collection[str],
     applied: Iterable[ops.Operation],
+    moves_no_traffic: str | None = None,
 ) -> GuardResult:
-    """In a registry or hydrate incident, the pools a traffic lever touches are pinned first."""
+    """In a registry or hydrate incident, the pools a traffic lever touches are pinned first.
+
+    ``moves_no_traffic`` names the lever kind when it moves no traffic (nothing to pin).
+    """
     guard = "scale_in_paused"
+    if moves_no_traffic is not None:
+        return _passed(guard, f"{moves_no_traffic} does not move traffic")
     tags = sorted(REGISTRY_TAGS.intersection(incident_tags))
     if not tags:
-        return passed(guard, "not a registry or hydrate incident")
+        return _passed(guard, "not a registry or hydrate incident")
     pinned = paused_pools(applied)
     loose = sorted(set(pools) - pinned)
     if loose:
@@ -441,7 +482,7 @@ def check_scale_in_paused(
             f"{'/'.join(tags)} incident: pause scale-in first (scaler_pause), warm capacity that "
             f"scales in cannot be hydrated back; not pinned: {where}",
         )
-    return passed(guard, f"{'/'.join(tags)} incident: scalers pinned before traffic moves")
+    return _passed(guard, f"{'/'.join(tags)} incident: scalers pinned before traffic moves")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,7 +544,7 @@ def widens_access(op: ops.Operation, previous: ops.Operation | None = None) -> s
 def check_sev1(sev: Sev, what: str) -> GuardResult:
     """A lever kept for the worst incidents (the fleet-wide egress deny-all) needs SEV1."""
     if sev is Sev.SEV1:
-        return passed("sev1", f"{what}: the incident is SEV1")
+        return _passed("sev1", f"{what}: the incident is SEV1")
     return refused(
         "sev1",
         f"{what} is a SEV1 lever and the incident is {sev}: contain the tenant first "
@@ -519,7 +560,7 @@ def check_narrows(
         why = widens_access(op, inv)
         if why is not None:
             return refused("narrows_access", f"refused: {why}; containment never widens access")
-    return passed("narrows_access", "every operation narrows or keeps access")
+    return _passed("narrows_access", "every operation narrows or keeps access")
 
 
 UnsafeKind = Literal[
@@ -571,6 +612,19 @@ class UnsafeRequest:
     kind: UnsafeKind
     target: str = ""
     requested_by: str = ""
+
+
+def check_stable_at_100(
+    model: str, cells: Collection[str], *, running_canary: str | None, on_canary: Sequence[str]
+) -> GuardResult:
+    """After an abort: no canary runs (``running_canary``: what still does) and no pool of
+    ``cells`` has traffic on a canary digest (``on_canary``: where some still is)."""
+    guard = "stable_at_100"
+    if running_canary is not None:
+        return refused(guard, f"{model} canary {running_canary}")
+    if on_canary:
+        return refused(guard, f"{model} traffic still on the canary: {', '.join(on_canary)}")
+    return _passed(guard, f"{model}: stable digest at 100% in {', '.join(sorted(cells))}")
 
 
 def refuse_unsafe(request: UnsafeRequest) -> GuardResult:

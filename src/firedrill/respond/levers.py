@@ -46,7 +46,6 @@ from firedrill.respond.guards import (
     check_narrows,
     check_rollback_target,
     check_scale_in_paused,
-    passed,
     plan_cell_drain,
     refuse_unsafe,
     side_effect_rank,
@@ -225,6 +224,9 @@ class LeverSpec:
     requires: tuple[str, ...] = ()  # guards that must have run (by GuardResult.guard)
     moves_traffic: bool = False
     fleet_requires: tuple[str, ...] = ()  # also required when the request is fleet-wide
+    # Outside the on-call role: applied only under a two-person break-glass grant, whatever a
+    # policy lists (a policy may add kinds, never remove these).
+    breakglass: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,7 +509,7 @@ _SPECS = (
     LeverSpec(
         "cell_quarantine", "cell", 3, _roles("ops_lead", "security_lead"),
         "stop new routing to a cell, keeping its replicas for evidence and fast return",
-        _plan_cell_quarantine, requires=("scale_in_paused",), moves_traffic=True,
+        _plan_cell_quarantine, requires=("scale_in_paused",), moves_traffic=True, breakglass=True,
     ),
     LeverSpec(
         "scaler_pause", "cell", 3, _roles("ops_lead", "capacity_lead"),
@@ -526,7 +528,7 @@ _SPECS = (
     LeverSpec(
         "digest_rollback", "model", 4, _roles("model_owner"),
         "a region back to a previous signed and attested weights digest",
-        _plan_digest_rollback, requires=("rollback_target",),
+        _plan_digest_rollback, requires=("rollback_target",), breakglass=True,
     ),
     LeverSpec(
         "queue_hold", "cell", 5, _roles("ops_lead"),
@@ -544,11 +546,12 @@ _SPECS = (
     LeverSpec(
         "driver_rollback", "cell", 7, _roles("ops_lead"),
         "a cell's nodes back to a previous driver: the slowest lever, last",
-        _plan_driver_rollback,
+        _plan_driver_rollback, breakglass=True,
     ),
 )  # fmt: skip
 
 CATALOGUE: Mapping[LeverKind, LeverSpec] = {s.kind: s for s in _SPECS}
+BREAKGLASS_KINDS: frozenset[LeverKind] = frozenset(k for k, s in CATALOGUE.items() if s.breakglass)
 ROLLBACK_ORDER: tuple[LeverKind, ...] = tuple(
     sorted(CATALOGUE, key=lambda k: (CATALOGUE[k].rank, _SCOPE_ORDER[CATALOGUE[k].scope], k))
 )
@@ -645,7 +648,9 @@ def scale_in_check(
 ) -> GuardResult:
     """The scale-in guard for this lever, read from what the incident's journal applied."""
     if not CATALOGUE[lever.kind].moves_traffic:
-        return passed("scale_in_paused", f"{lever.kind} does not move traffic")
+        return check_scale_in_paused(
+            (), incident_tags=incident_tags, applied=(), moves_no_traffic=lever.kind
+        )
     return check_scale_in_paused(
         traffic_pools(lever, fleet), incident_tags=incident_tags, applied=applied_ops(journal)
     )
@@ -706,7 +711,13 @@ def _vet(
     spec = CATALOGUE[lever.kind]
     results = [approvals(lever, approvers), *checks]
     refusals = [r.reason for r in results if not r.ok]
-    ran = {r.guard for r in checks}
+    # A passing result counts only when a guard minted it: a caller cannot vouch for a guard.
+    refusals += [
+        f"the {r.guard or 'unnamed'} check did not come from its guard: it is not counted"
+        for r in checks
+        if r.ok and not r.genuine
+    ]
+    ran = {r.guard for r in checks if r.genuine}
     fleet_wide = spec.fleet_requires if scope_of(lever) == "fleet" else ()
     refusals += [
         f"{lever.kind} needs the {g} guard before it is pulled"

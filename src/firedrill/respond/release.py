@@ -27,8 +27,12 @@ from typing import Protocol, runtime_checkable
 from firedrill.model.release import RolloutView
 from firedrill.model.series import Labels
 from firedrill.ports import Fleet, Signals
-from firedrill.respond.guards import DigestCatalog, GuardResult, check_rollback_target, passed
-from firedrill.respond.guards import refused as refused_result
+from firedrill.respond.guards import (
+    DigestCatalog,
+    GuardResult,
+    check_rollback_target,
+    check_stable_at_100,
+)
 from firedrill.respond.levers import DigestParams, Lever
 from firedrill.respond.responder import Candidate, RunbookContext, runbook
 from firedrill.respond.suspects import Symptom
@@ -121,13 +125,13 @@ def rollback_target(
 
     Returns the target (None when there is none) and why each later candidate was passed over.
     """
-    mi = catalog.model_index[model]
-    published = [i for i, d in enumerate(catalog.digests) if d.model == mi]
-    first_bad = min((catalog.digest_index[b] for b in bad if b in catalog.digest_index), default=-1)
-    before = [i for i in published if first_bad < 0 or i < first_bad]
+    published = [d.digest for d in catalog.published(model)]
+    position = {d: i for i, d in enumerate(published)}
+    first_bad = min((position[b] for b in bad if b in position), default=-1)
+    before = [i for i in range(len(published)) if first_bad < 0 or i < first_bad]
     passed_over: list[str] = []
-    for i in reversed(before or published):
-        digest = catalog.digests[i].digest
+    for i in reversed(before or range(len(published))):
+        digest = published[i]
         if digest in bad:
             continue
         verdict = check_rollback_target(catalog, model, digest)
@@ -197,22 +201,18 @@ def stable_at_100(
     fleet: Fleet, signals: Signals, model: str, cells: Collection[str]
 ) -> GuardResult:
     """After an abort: no canary runs and no pool of ``cells`` has traffic on a canary digest."""
-    guard = "stable_at_100"
     if isinstance(fleet, Releases):
         view = fleet.rollout_view(model)
         if view.running:
-            return refused_result(
-                guard, f"{model} canary {view.canary_digest} still at {view.canary_percent}%"
-            )
+            running = f"{view.canary_digest} still at {view.canary_percent}%"
+            return check_stable_at_100(model, cells, running_canary=running, on_canary=())
     _, labels, values = signals.instant(CANARY_SHARE, {"model_name": model})
     on_canary = [
         f"{_label(lab, 'cell')} {v:.0%}"
         for lab, v in zip(labels, values.tolist(), strict=True)
         if _label(lab, "cell") in cells and math.isfinite(v) and v > 0
     ]
-    if on_canary:
-        return refused_result(guard, f"{model} traffic still on the canary: {', '.join(on_canary)}")
-    return passed(guard, f"{model}: stable digest at 100% in {', '.join(sorted(cells))}")
+    return check_stable_at_100(model, cells, running_canary=None, on_canary=on_canary)
 
 
 @runbook("quality")

@@ -46,6 +46,7 @@ from firedrill.detect.notify import Notification
 from firedrill.detect.slo import duration_s
 from firedrill.errors import FiredrillError
 from firedrill.model.changes import ChangeEvent
+from firedrill.model.identity import canonical_identity, same_person
 from firedrill.model.series import Labels, labels_of
 from firedrill.model.state import CellView
 from firedrill.ports import Fleet, Signals
@@ -53,6 +54,7 @@ from firedrill.respond import levers as lv
 from firedrill.respond.breakglass import (
     INCIDENT_COMMANDER,
     SECURITY_LEAD,
+    Approval,
     BreakGlassBroker,
     BreakGlassError,
     Grant,
@@ -408,7 +410,9 @@ class ResponderPolicy(_Strict):
     # Kinds auto mode may apply; everything else is proposed. A cell drain is stepped under the
     # capacity lead and is always proposed.
     auto_apply: list[LeverKind] = ["scaler_pause", "route_weight", "rollout_abort", "queue_hold"]
-    # Kinds outside the on-call role: applying one needs a two-person break-glass grant.
+    # Kinds outside the on-call role: applying one needs a two-person break-glass grant. The
+    # catalogue's own (``levers.BREAKGLASS_KINDS``) need one whatever this lists: a policy can
+    # add kinds, never remove them (``needs_breakglass``).
     breakglass: list[LeverKind] = ["digest_rollback", "driver_rollback", "cell_quarantine"]
     breakglass_ttl: Duration = "1h"
     verify: VerifyPolicy = VerifyPolicy()
@@ -430,7 +434,7 @@ class ResponderPolicy(_Strict):
             raise ValueError(
                 "auto_apply: cell_drain goes in steps under the capacity lead; it is proposed"
             )
-        names = [n.strip().casefold() for n in self.roster]
+        names = [canonical_identity(n) for n in self.roster]
         if len(set(names)) != len(names) or not all(names):
             raise ValueError("roster: every person has one distinct, non-empty name")
         return self
@@ -438,6 +442,10 @@ class ResponderPolicy(_Strict):
     @property
     def breakglass_ttl_s(self) -> float:
         return duration_s(self.breakglass_ttl)
+
+    def needs_breakglass(self, kind: LeverKind) -> bool:
+        """Whether applying ``kind`` needs a break-glass grant: the catalogue's or the policy's."""
+        return kind in lv.BREAKGLASS_KINDS or kind in self.breakglass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,6 +573,7 @@ _WHAT: Mapping[SymptomKind, str] = {
     "xid": "reduced capacity",
     "egress": "a security issue",
     "pd_imbalance": "latency",
+    "training_stall": "stalled training",
 }
 
 
@@ -705,7 +714,7 @@ class Responder:
             self._declared[inc_id] = d
             inc.title = d.title
             sev = Sev[d.sev]
-            axes = assess(_Impact()).axes
+            axes = assess(_Impact(), self.book.matrix).axes
             inc.severity.raise_to(
                 _Declared(sev, axes, "users", f"declared {d.sev}: {d.title}"), at_s
             )
@@ -845,7 +854,8 @@ class Responder:
                 (
                     name
                     for name, r in sorted(self.policy.roster.items())
-                    if r == role and name not in {a.name for a in out}
+                    if r == role
+                    and canonical_identity(name) not in {canonical_identity(a.name) for a in out}
                 ),
                 None,
             )
@@ -921,11 +931,26 @@ class Responder:
             )
             return replace(base, entry=replace(vetted, reason=f"{cand.reason} ({why})"))
         grant: str | None = None
-        if lever.kind in self.policy.breakglass:
+        if self.policy.needs_breakglass(lever.kind):
             grant_or_why = self._breakglass(inc, state, lever, cand, now_s)
             if not grant_or_why[0]:
+                # Refused without a grant, and security hears of the attempt all the same.
+                why = grant_or_why[1]
+                state.pages.append(
+                    SecurityPage(
+                        now_s,
+                        "",
+                        "responder",
+                        f"{lever.kind} on {lever.target}",
+                        inc.sev if inc.sev is not Sev.NONE else Sev.SEV4,
+                        f"{lever.kind} on {lever.target} needs break-glass and has no grant: "
+                        f"refused ({why})",
+                    )
+                )
                 refusal = replace(
-                    vetted, status="refused", reason=f"break-glass refused: {grant_or_why[1]}"
+                    vetted,
+                    status="refused",
+                    reason=f"break-glass refused: {why}; security paged",
                 )
                 return replace(base, entry=refusal)
             grant = grant_or_why[1]
@@ -953,7 +978,7 @@ class Responder:
         try:
             req = self.broker.request(
                 identity=f"breakglass:{requester}",
-                scope=f"{lever.kind}:{lever.target}",
+                scope=f"{lever.kind}:{'fleet' if lever.target == lv.FLEET_WIDE else lever.target}",
                 reason=f"{inc.id}: {cand.reason}",
                 requested_by=requester,
                 at_s=now_s,
@@ -961,11 +986,22 @@ class Responder:
                 ttl_s=self.policy.breakglass_ttl_s,
             )
             grant = None
+            approved: list[Approval] = []
             for role in (INCIDENT_COMMANDER, SECURITY_LEAD):
-                who = next((n for n, r in roster if r == role and n != requester), None)
+                who = next(
+                    (
+                        n
+                        for n, r in roster
+                        if r == role
+                        and not same_person(n, requester)
+                        and not any(same_person(n, a.approver) for a in approved)
+                    ),
+                    None,
+                )
                 if who is None:
                     return False, f"no {role} on the roster to approve it (two-person rule)"
                 grant = self.broker.approve(req.request_id, who, role, now_s)
+                approved.append(Approval(who, role, now_s))
             if grant is None:
                 return False, "two approvals did not issue a grant"
             use = self.broker.use(grant.grant_id, f"{lever.kind} on {lever.target}", now_s)

@@ -42,6 +42,7 @@ from typing import Protocol, runtime_checkable
 
 from firedrill.errors import UnknownTargetError
 from firedrill.model import operations as ops
+from firedrill.model.identity import canonical_identity
 from firedrill.model.sandbox import EgressRecord, ToolCallRecord
 from firedrill.ports import Fleet
 from firedrill.respond import levers as lv
@@ -278,8 +279,14 @@ def approvers_for(lever: Lever, people: Iterable[Approver]) -> tuple[Approver, .
     present = list(people)
     out = [a for a in present if a.role in spec.decided_by][:1]
     if lv.scope_of(lever) == "fleet":
-        need = set(spec.fleet_roles) | {"incident_commander"}
-        out += [a for a in present if a.role in need and a not in out]
+        for role in sorted(set(spec.fleet_roles) | {"incident_commander"}):
+            taken = {canonical_identity(a.name) for a in out}
+            holder = next(
+                (a for a in present if a.role == role and canonical_identity(a.name) not in taken),
+                None,
+            )
+            if holder is not None:
+                out.append(holder)
     return tuple(out)
 
 

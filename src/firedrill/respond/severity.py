@@ -23,7 +23,7 @@ users (fast burn: ≥ 14.4× the error budget over 1 h and 5 m; slow burn: ≥ 6
           ≥ 5 % of paid-tier requests failed
     SEV3  slow burn on any tier; ≥ 1 % of requests failed
     SEV4  any burn ≥ 1× (the budget runs out before the SLO window ends)
-gpu_hours (GPUs stalled × $2 per GPU-hour, configurable)
+gpu_hours (GPUs stalled × the fleet's ``gpu_hour_usd``, $2 per GPU-hour by default)
     SEV1 ≥ $100K/h; SEV2 ≥ $20K/h (a hung 16K-GPU job ≈ $32K/h); SEV3 ≥ $5K/h; SEV4 ≥ $500/h
 quality (golden-set pass-rate drop, percentage points)
     SEV1 ≥ 25; SEV2 ≥ 10; SEV3 ≥ 3; SEV4 ≥ 1; known-bad weights serving traffic: SEV2
@@ -37,6 +37,10 @@ requests answered wrong (``Impact.wrong_answers_frac``), as if those requests ha
 
 Ties between axes go to security, then quality, users and GPU-hours: security and quality
 never wait behind latency.
+
+The thresholds are configurable from a scenario's or a drill's ``severity:`` section; the price
+of a GPU-hour is not: it is the fleet's ``gpu_hour_usd`` (``severity_for``), the same figure the
+training pages quote, so a page and the incident's axis never disagree on what an hour costs.
 """
 
 from __future__ import annotations
@@ -205,6 +209,29 @@ class SevMatrix(_Strict):
     gpu_hours: GpuHoursMatrix = GpuHoursMatrix()
     quality: QualityMatrix = QualityMatrix()
     security: SecurityMatrix = SecurityMatrix()
+
+    def priced(self, gpu_hour_usd: float) -> SevMatrix:
+        """This matrix with the GPU-hours axis priced at ``gpu_hour_usd`` per GPU-hour."""
+        if not (math.isfinite(gpu_hour_usd) and gpu_hour_usd > 0):
+            raise ValueError(f"gpu_hour_usd must be a finite price > 0, got {gpu_hour_usd}")
+        gpu = self.gpu_hours.model_copy(update={"gpu_hour_usd": gpu_hour_usd})
+        return self.model_copy(update={"gpu_hours": gpu})
+
+
+def refuse_price(data: object) -> object:
+    """For a spec's ``severity:`` section: the GPU-hour price belongs to the fleet spec."""
+    gpu = data.get("gpu_hours") if isinstance(data, dict) else None
+    if isinstance(gpu, dict) and "gpu_hour_usd" in gpu:
+        raise ValueError(
+            "gpu_hours.gpu_hour_usd: the price of a GPU-hour is the fleet's gpu_hour_usd; set it "
+            "in the fleet spec"
+        )
+    return data
+
+
+def severity_for(gpu_hour_usd: float, configured: SevMatrix | None = None) -> SevMatrix:
+    """The matrix a run uses: a spec's thresholds (or the defaults) at the fleet's price."""
+    return (configured if configured is not None else SevMatrix()).priced(gpu_hour_usd)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ from typing import Final, Literal
 from firedrill.model.changes import CHANGE_STREAMS, ChangeEvent, ChangeStream
 from firedrill.model.state import NodeView
 
-SymptomKind = Literal["ttft", "availability", "kv_oom", "quality", "xid", "egress", "pd_imbalance"]
+SymptomKind = Literal[
+    "ttft", "availability", "kv_oom", "quality", "xid", "egress", "pd_imbalance", "training_stall"
+]
 SYMPTOM_KINDS: tuple[SymptomKind, ...] = (
     "ttft",
     "availability",
@@ -51,6 +53,7 @@ SYMPTOM_KINDS: tuple[SymptomKind, ...] = (
     "xid",
     "egress",
     "pd_imbalance",
+    "training_stall",  # a JobSet holds its GPUs with zero progress (a hang, no crash, no XID)
 )
 
 WINDOW_S: Final = 6 * 3600.0  # how far before onset triage looks
@@ -72,6 +75,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "xid": PRIOR_FLOOR,
         "egress": PRIOR_FLOOR,
         "pd_imbalance": 0.2,
+        "training_stall": PRIOR_FLOOR,
     },
     "bundle": {
         "kv_oom": 1.0,
@@ -81,6 +85,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "egress": 0.3,
         "xid": PRIOR_FLOOR,
         "pd_imbalance": 0.8,  # the prefill/decode split is serving config
+        "training_stall": PRIOR_FLOOR,
     },
     "serving_image": {
         "availability": 0.7,
@@ -90,6 +95,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "xid": 0.3,
         "egress": PRIOR_FLOOR,
         "pd_imbalance": 0.4,
+        "training_stall": PRIOR_FLOOR,
     },
     "node_layer": {
         "xid": 1.0,
@@ -99,6 +105,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "quality": PRIOR_FLOOR,
         "egress": PRIOR_FLOOR,
         "pd_imbalance": PRIOR_FLOOR,
+        "training_stall": 0.8,  # a driver, NCCL or firmware change under the gang
     },
     "network_policy": {
         "egress": 1.0,
@@ -108,6 +115,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "quality": PRIOR_FLOOR,
         "xid": PRIOR_FLOOR,
         "pd_imbalance": PRIOR_FLOOR,
+        "training_stall": 0.3,  # the collective's fabric
     },
     "demand": {
         "ttft": 1.0,
@@ -117,6 +125,7 @@ PRIORS: Final[Mapping[ChangeStream, Mapping[SymptomKind, float]]] = {
         "quality": PRIOR_FLOOR,
         "xid": PRIOR_FLOOR,
         "pd_imbalance": 1.0,  # a shift in request shape (long prompts) unbalances the roles
+        "training_stall": PRIOR_FLOOR,
     },
 }
 

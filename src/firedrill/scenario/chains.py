@@ -5,17 +5,40 @@ replacement → re-hydrate → ready. Each stage carries the time it was reached
 that was not reached is ``broken_at``, with the reason read from the records of the stage before
 it (an unmapped condition, a budget, dry-run, a policy that never drains). This answers the
 game-day question "we saw an alert but no drain: where did it break?".
+
+It reads the world only through the ports: the fault and replica events (``FleetHistory``), the
+exporter series (``Signals``) and node views (``Fleet``), so a drill against a served twin or a
+real fleet traces the same chains as one on the embedded twin.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from firedrill.detect.evaluator import AlertEvent
 from firedrill.model import operations as ops
+from firedrill.model.state import ReplicaTransition
+from firedrill.ports import Fleet, FleetHistory, Signals
+from firedrill.remediate.controller import RemediationController
 
-if TYPE_CHECKING:
-    from firedrill.scenario.run import ScenarioRun
+
+class ChainWorld(Fleet, FleetHistory, Signals, Protocol):
+    """What chain tracing reads of a world."""
+
+
+@dataclass(frozen=True)
+class ChainSources:
+    """What a run hands chain tracing: what it applied and saw, and the world to read."""
+
+    world: ChainWorld
+    applied: Sequence[tuple[float, ops.Operation]]
+    alerts: Sequence[AlertEvent]
+    controller: RemediationController
+    end_s: float
+    background: bool = True  # trace the faults nobody injected too
+
 
 STAGES = (
     "dcgm_field",
@@ -29,7 +52,8 @@ STAGES = (
     "rehydrate",
     "ready",
 )
-READY, PULLING, LOADING = 4, 1, 2
+READY = "ready"
+HYDRATING = ("pulling", "loading")
 _FIELD_SERIES = {
     230: "DCGM_FI_DEV_XID_ERRORS",
     319: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
@@ -82,10 +106,10 @@ class _Origin:
     series: str
 
 
-def _origins(run: ScenarioRun) -> list[_Origin]:
+def _origins(src: ChainSources) -> list[_Origin]:
     out: list[_Origin] = []
     seen: set[tuple[float, str, int]] = set()
-    for at, _, op in run.applied:
+    for at, op in src.applied:
         match op:
             case ops.InjectDcgmField(node=node, gpu=gpu, field_id=fid, value=value):
                 kind = (
@@ -101,10 +125,8 @@ def _origins(run: ScenarioRun) -> list[_Origin]:
             case ops.InjectThermal(node=node, gpu=gpu):
                 out.append(_Origin("injection", "thermal", node, gpu, at, "DCGM_FI_DEV_GPU_TEMP"))
                 seen.add((at, node, gpu))
-    twin = run.twin
-    for ev in twin.fault_log:
-        name = twin.nodes[ev.node].name
-        if (ev.at_s, name, ev.gpu) in seen or (ev.phantom and ev.kind != "xid"):
+    for ev in src.world.fault_events() if src.background else ():
+        if (ev.at_s, ev.node, ev.gpu) in seen or (ev.phantom and ev.kind != "xid"):
             continue
         series = {
             "xid": "DCGM_FI_DEV_XID_ERRORS",
@@ -115,23 +137,27 @@ def _origins(run: ScenarioRun) -> list[_Origin]:
             "row_remap_pending": "DCGM_FI_DEV_ROW_REMAP_PENDING",
         }[ev.kind]
         origin = "phantom" if ev.phantom else "fault"
-        out.append(_Origin(origin, ev.label, name, ev.gpu, ev.at_s, series))
+        out.append(_Origin(origin, ev.label, ev.node, ev.gpu, ev.at_s, series))
     return sorted(out, key=lambda o: (o.at_s, o.node, o.gpu))
 
 
-def trace_chains(run: ScenarioRun) -> list[Chain]:
-    return [_trace(run, o) for o in _origins(run)]
+def trace_chains(src: ChainSources) -> list[Chain]:
+    origins = _origins(src)
+    if not origins:
+        return []
+    log = src.world.replica_transitions()
+    return [_trace(src, o, log) for o in origins]
 
 
-def _trace(run: ScenarioRun, o: _Origin) -> Chain:
-    twin = run.twin
-    st = run.controller.state
+def _trace(src: ChainSources, o: _Origin, log: Sequence[ReplicaTransition]) -> Chain:
+    world = src.world
+    st = src.controller.state
     times: dict[str, float | None] = {"dcgm_field": o.at_s}
     why: dict[str, str] = {}
     # exporter series: first scrape at or after the fault that shows a non-default value
     times["exporter_series"] = None
-    for s in twin.query(
-        o.series, {"Hostname": o.node, "gpu": str(o.gpu)}, start_s=o.at_s, end_s=twin.t
+    for s in world.query(
+        o.series, {"Hostname": o.node, "gpu": str(o.gpu)}, start_s=o.at_s, end_s=src.end_s
     ):
         hot = s.values > (87.0 if o.series == "DCGM_FI_DEV_GPU_TEMP" else 0.0)
         if hot.any():
@@ -139,14 +165,14 @@ def _trace(run: ScenarioRun, o: _Origin) -> Chain:
     why["exporter_series"] = "the exporter never showed the field (is it in the counter set?)"
     fired = [
         a.at_s
-        for a in run.alerts
+        for a in src.alerts
         if a.state == "firing" and a.label("node") == o.node and a.at_s >= o.at_s
     ]
     times["alert"] = min(fired) if fired else None
     why["alert"] = "no alert rule matched the series"
     conds = [t for (node, gpu, _), t in st.conditions_at.items() if node == o.node and t >= o.at_s]
     times["health_condition"] = min(conds) if conds else None
-    policy = run.controller.policy
+    policy = src.controller.policy
     why["health_condition"] = f"no health condition is mapped for {o.kind} in the policy"
     acts = [a for a in st.actions if a.node == o.node and a.at_s >= o.at_s]
 
@@ -168,33 +194,30 @@ def _trace(run: ScenarioRun, o: _Origin) -> Chain:
     why["drain"] = why["taint"]
     if policy.dry_run:
         why["taint"] = why["drain"] = "dry-run: recorded what would have been done"
-    # router ejection and replacement, from the twin's replica log
-    ni = twin.node_index[o.node]
+    # router ejection and replacement, from the replica lifecycle events
     ej = [
-        (t, rid)
-        for (t, rid, frm, to, node) in twin.replica_log
-        if node == ni and frm == READY and to != READY and t >= o.at_s
+        (e.at_s, e.replica)
+        for e in log
+        if e.node == o.node and e.from_state == READY and e.to_state != READY and e.at_s >= o.at_s
     ]
-    had_replicas = any(node == ni for (_, _, _, _, node) in twin.replica_log) or bool(
-        twin.nodes[ni].replicas
-    )
-    serving = twin.nodes[ni].role == "serving" and had_replicas
+    had_replicas = any(e.node == o.node for e in log) or bool(world.pods_on(o.node))
+    serving = world.node(o.node).role == "serving" and had_replicas
     times["router_ejection"] = min(t for t, _ in ej) if ej else ejected
     why["router_ejection"] = "the replica kept serving (still routed)"
     times["replacement"] = times["rehydrate"] = times["ready"] = None
     if ej:
         t_ej, rid = min(ej)
-        pool = twin.pool_of(rid)
+        pool = next((e.model, e.cell) for e in log if e.replica == rid)
         created = [
-            (t, r)
-            for (t, r, frm, _, _) in twin.replica_log
-            if frm == -1 and t >= t_ej - 1e-9 and twin.pool_of(r) == pool
+            (e.at_s, e.replica)
+            for e in log
+            if e.from_state is None and e.at_s >= t_ej - 1e-9 and (e.model, e.cell) == pool
         ]
         if created:
             t_new, new = min(created)
             times["replacement"] = t_new
-            moves = [(t, to) for (t, r, _, to, _) in twin.replica_log if r == new]
-            hyd = [t for t, to in moves if to in (PULLING, LOADING)]
+            moves = [(e.at_s, e.to_state) for e in log if e.replica == new]
+            hyd = [t for t, to in moves if to in HYDRATING]
             rdy = [t for t, to in moves if to == READY]
             times["rehydrate"] = min(hyd) if hyd else None
             times["ready"] = min(rdy) if rdy else None

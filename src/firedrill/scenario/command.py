@@ -9,13 +9,14 @@ journaled as applied automation, and the postmortem's timings are measured from 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from firedrill.model import operations as ops
 from firedrill.model.series import Labels
-from firedrill.respond.incidents import Incident, IncidentBook, impact_of
-from firedrill.respond.severity import assess
+from firedrill.respond.incidents import STALLED_JOB_ALERT, Incident, IncidentBook, impact_of
+from firedrill.respond.severity import SevMatrix, assess, severity_for
 from firedrill.respond.suspects import (
     Symptom,
     SymptomKind,
@@ -43,7 +44,7 @@ AUTOMATION_LEVER = {
     "quarantine": "node_quarantine",
     "eject": "pod_quarantine",
 }
-# The operations each applied lever put on the twin (their inverses are read from its journal).
+# The operations each applied lever put on the world (their inverses are read from its journal).
 AUTOMATION_OPS: dict[str, tuple[type[Any], ...]] = {
     "quarantine": (ops.Taint, ops.Label, ops.Drain),
     "eject": (ops.EjectReplica,),
@@ -66,6 +67,8 @@ def symptom_kind(alerts: list[Labels]) -> SymptomKind:
         return "ttft"
     if any("Availability" in n for n in names):
         return "availability"
+    if STALLED_JOB_ALERT in names:
+        return "training_stall"
     return "xid"
 
 
@@ -73,10 +76,17 @@ def command(run: ScenarioRun) -> list[dict[str, Any]]:
     """Open incidents from the run's notifications and describe each as the JSON contract has it."""
     if run.responder is not None:  # the responder's book: declared incidents, mitigations
         return [_report(run, inc) for inc in run.responder.book.incidents]
-    book = IncidentBook()
+    book = IncidentBook(severity_matrix(run))
     for n in sorted(run.notifications, key=lambda n: n.at_s):
         book.ingest(n)
     return [_report(run, inc) for inc in book.incidents]
+
+
+def severity_matrix(run: ScenarioRun) -> SevMatrix:
+    """The run's severity matrix: the scenario's thresholds at the fleet's GPU-hour price."""
+    if run.responder is not None:
+        return run.responder.book.matrix
+    return severity_for(run.world.fleet_spec().gpu_hour_usd, run.spec.severity)
 
 
 def _start_s(run: ScenarioRun, inc: Incident) -> float:
@@ -86,10 +96,10 @@ def _start_s(run: ScenarioRun, inc: Incident) -> float:
 
 
 def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
-    twin = run.twin
+    world = run.world
     kind = run.responder.symptom(inc).kind if run.responder else symptom_kind(inc.alerts)
     symptom = Symptom(kind, inc.opened_at_s, inc.cell, inc.region)
-    changes = twin.changes(since_s=max(0.0, inc.opened_at_s - WINDOW_S))
+    changes = world.changes(since_s=max(0.0, inc.opened_at_s - WINDOW_S))
     suspects = rank(changes, symptom)[:5] if inc.kind != "security" else []
     advice = recommend(suspects, symptom) if suspects else ""
     levers: list[dict[str, Any]] = []
@@ -129,21 +139,10 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
     training = [
         t
         for js, t in run.extra.get("training", {}).items()
-        if "suspended_at_s" in t and twin.training.jobset(js).cell == inc.cell
+        if "suspended_at_s" in t and world.jobset(js).cell == inc.cell
     ]
     for t in training:
-        levers.append(
-            {
-                "kind": "jobset_suspend",
-                "scope": "cell",
-                "at_s": t["suspended_at_s"],
-                "status": "applied",
-                "reason": f"hang runbook: rank {t['rank']} on {t['node']} excluded",
-                "approvers": ["automation"],
-                "verified": t.get("resumed_at_s") is not None,  # training progresses again
-                **_undo(run, t["suspended_at_s"], None, (ops.SuspendJobSet,)),
-            }
-        )
+        levers += _hang_runbook_levers(run, t)
     applied = sorted(
         lv["at_s"]
         for lv in levers
@@ -154,7 +153,7 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
     if resolved is None and not inc.firing:
         resolved = max((e.at_s for e in inc.timeline), default=None)
     start = _start_s(run, inc)
-    assessment = assess(impact_of(inc.alerts))
+    assessment = assess(impact_of(inc.alerts), severity_matrix(run))
     items: list[dict[str, str]] = []
     if blocked:
         items.append(
@@ -162,6 +161,15 @@ def _report(run: ScenarioRun, inc: Incident) -> dict[str, Any]:
                 "kind": "automation_guardrail",
                 "text": f"review the {blocked[0].budget} budget that held remediation "
                 f"in {inc.cell} ({len(blocked)} actions not taken): {_budget_config(run)}",
+            }
+        )
+    for t in training:
+        items.append(
+            {
+                "kind": "runbook_step",
+                "text": f"{t['jobset']}: burn in {t['node']} (rank {t['rank']}, quarantined by "
+                f"the hang runbook) before it rejoins; {t['steps_lost']:.0f} steps were lost "
+                "since the last checkpoint: review the checkpoint interval",
             }
         )
     if kind == "ttft" and causes and causes[0].stream == "demand":
@@ -236,14 +244,52 @@ def _target(a: Any) -> str:
     return str(a.detail).split(":", 1)[0] if a.action == "eject" else str(a.node)
 
 
+def _hang_runbook_levers(run: ScenarioRun, t: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The hang runbook's levers in the order it pulled them: the JobSet suspended, then each
+    hung node quarantined (taint and label), each at the time it was applied."""
+    verified = t.get("resumed_at_s") is not None  # training progresses again
+    out: list[dict[str, Any]] = []
+    for step in t.get("runbook_steps", ()):
+        if step["op"] == "SuspendJobSet":
+            out.append(
+                {
+                    "kind": "jobset_suspend",
+                    "scope": "cell",
+                    "at_s": step["at_s"],
+                    "status": "applied",
+                    "reason": f"hang runbook: rank {t['rank']} on {t['node']} excluded",
+                    "approvers": ["automation"],
+                    "verified": verified,
+                    **_undo(run, step["at_s"], None, (ops.SuspendJobSet,)),
+                }
+            )
+        elif step["op"] == "Taint":
+            node = step["target"]
+            out.append(
+                {
+                    "kind": "node_quarantine",
+                    "scope": "cell",
+                    "at_s": step["at_s"],
+                    "status": "applied",
+                    "reason": f"hang runbook: {node} holds hung rank(s), kept out of the gang",
+                    "approvers": ["automation"],
+                    "verified": verified,
+                    **_undo(run, step["at_s"], node, (ops.Taint, ops.Label)),
+                }
+            )
+    for n, lever in enumerate(out, 1):
+        lever["order"] = n  # the runbook's own order (levers at the same second included)
+    return out
+
+
 def _undo(
     run: ScenarioRun, at_s: float, target: str | None, kinds: tuple[type[Any], ...]
 ) -> dict[str, Any]:
-    """The operations an applied lever put on the twin at ``at_s`` (on ``target``; any when None)
-    and their inverses, recorded by the twin before each was applied, in undo order."""
+    """The operations an applied lever put on the world at ``at_s`` (on ``target``; any when None)
+    and their inverses, recorded by the world before each was applied, in undo order."""
     done = [
         e
-        for e in run.twin.journal
+        for e in run.world.operations()
         if e.at_s == at_s
         and isinstance(e.op, kinds)
         and (target is None or target in (getattr(e.op, f, None) for f in ("node", "pod")))
@@ -264,10 +310,10 @@ def _skew(run: ScenarioRun, inc: Incident) -> dict[str, dict[str, int]]:
     region_wide = inc.cell.startswith("region:")
     cells = [
         c.name
-        for c in run.twin.cells()
+        for c in run.world.cells()
         if c.name == inc.cell or (region_wide and c.region == inc.region)
     ]
-    return cell_skew(n for c in cells for n in run.twin.node_views(cell=c))
+    return cell_skew(n for c in cells for n in run.world.node_views(cell=c))
 
 
 def _history(h: Any) -> dict[str, Any]:
@@ -283,8 +329,11 @@ def _history(h: Any) -> dict[str, Any]:
 def _requests_failed(run: ScenarioRun, inc: Incident, start: float) -> int:
     """5xx in the incident's cell from the start of trouble to the end of the run."""
     total = 0.0
-    for s in run.twin.query(
-        "http_requests_total", {"cell": inc.cell, "status": "5xx"}, start_s=start, end_s=run.twin.t
+    for s in run.world.query(
+        "http_requests_total",
+        {"cell": inc.cell, "status": "5xx"},
+        start_s=start,
+        end_s=run.world.now_s(),
     ):
         if s.values.size:
             total += float(s.values[-1] - s.values[0])

@@ -108,17 +108,17 @@ def evaluate(run: ScenarioRun, checks: list[Check]) -> list[CheckResult]:
                 )
                 out.append(CheckResult("chain", ok, exp, seen or "no chains"))
             case ChangeCheck():
-                ch = run.twin.changes(since_s=0.0, cell=c.cell)
+                ch = run.world.changes(since_s=0.0, cell=c.cell)
                 n = sum(1 for x in ch if x.stream == c.stream)
                 out.append(
                     CheckResult(f"{c.stream} change in {c.cell}", n > 0, "visible", f"{n} events")
                 )
             case QuarantineCounterCheck():
-                twin = run.twin
+                world = run.world
                 n = sum(
                     v
-                    for ni, v in twin.quarantine_actions.items()
-                    if twin.cell_names[twin.nodes[ni].cell] == c.cell
+                    for node, v in world.quarantine_actions().items()
+                    if world.node(node).cell == c.cell
                 )
                 out.append(
                     CheckResult(

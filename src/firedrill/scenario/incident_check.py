@@ -116,10 +116,12 @@ def _in_order(want: Sequence[str], got: Sequence[str]) -> bool:
 
 def _scaled_out(run: ScenarioRun, inc: dict[str, Any]) -> list[str]:
     """Pools of the incident's region whose desired replicas rose after it opened."""
-    twin = run.twin
-    cells = {c.name for c in twin.cells() if c.region == inc["region"]}
+    world = run.world
+    cells = {c.name for c in world.cells() if c.region == inc["region"]}
     out: list[str] = []
-    for s in twin.query("firedrill_replicas_desired", {}, start_s=inc["opened_at_s"], end_s=twin.t):
+    for s in world.query(
+        "firedrill_replicas_desired", {}, start_s=inc["opened_at_s"], end_s=world.now_s()
+    ):
         if s.label("cell") in cells and s.values.size and float(s.values.max()) > s.values[0]:
             out.append(f"{s.label('model_name')}@{s.label('cell')}")
     return sorted(out)

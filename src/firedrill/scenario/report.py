@@ -15,12 +15,12 @@ if TYPE_CHECKING:
 
 def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) -> dict[str, Any]:
     st = run.controller.state
-    twin = run.twin
+    world = run.world
     return {
         "scenario": run.spec.name,
         "seed": run.spec.seed,
         "spec_sha256": spec_sha256,
-        "sim_seconds": twin.t,
+        "sim_seconds": world.now_s(),
         "timeline": [
             {"at_s": at, "op": type(op).__name__, "args": asdict(op), "note": entry.note}
             for at, entry, op in run.applied
@@ -44,14 +44,12 @@ def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) ->
             "blocked": [asdict(b) for b in st.blocked],
             "pages": [asdict(p) for p in st.pages],
             "paused_cells": run.controller.paused_cells,
-            "quarantine_actions_total": {
-                twin.nodes[ni].name: v for ni, v in sorted(twin.quarantine_actions.items())
-            },
+            "quarantine_actions_total": dict(world.quarantine_actions()),
             "chains": [c.to_json() for c in run.chains],
         },
         "training": run.extra.get("training", {}),
         "incidents": command(run),
-        "changes": [asdict(c) for c in twin.changes(since_s=0.0)],
+        "changes": [asdict(c) for c in world.changes(since_s=0.0)],
         "expectations": [asdict(c) for c in checks],
         "passed": all(c.passed for c in checks),
     }

@@ -102,4 +102,8 @@ def responder_extras(responder: Responder, inc: Incident) -> dict[str, Any]:
             }
             for g in responder.grants(inc.id)
         ],
+        # levers that needed break-glass and got no grant: refused, and security paged
+        "breakglass_refused": [
+            {"at_s": p.at_s, "action": p.action, "page": p.summary} for p in pages if not p.grant_id
+        ],
     }

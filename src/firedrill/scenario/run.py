@@ -1,9 +1,11 @@
-"""Run a scenario on the twin: timeline → detection → notifications → remediation → chains.
+"""Run a scenario on a world: timeline → detection → notifications → remediation → chains.
 
-Everything runs on the twin's simulated clock in evaluation steps (the scrape interval): apply the
-timeline entries that are due, advance the twin, evaluate the burn-rate and cause alerts, feed
-them (and the controller's own budget pages) to the in-process Alertmanager, let the remediation
-controller observe and act, then flush the notifications that are due.
+The world (the embedded twin, typically) is chosen by the caller and handed in as a factory;
+everything here reads and acts through the ports. Everything runs on the world's clock in
+evaluation steps (the scrape interval): apply the timeline entries that are due, advance the
+world, evaluate the burn-rate and cause alerts, feed them (and the controller's own budget pages)
+to the in-process Alertmanager, let the remediation controller observe and act, then flush the
+notifications that are due.
 """
 
 from __future__ import annotations
@@ -23,15 +25,16 @@ from firedrill.detect.slo import SloSpec
 from firedrill.model import operations as ops
 from firedrill.model.series import labels_of
 from firedrill.model.spec import FleetSpec
-from firedrill.ports import Fleet
+from firedrill.ports import ScenarioWorld, ScenarioWorldFactory
 from firedrill.remediate.controller import RemediationController
 from firedrill.remediate.policy import PolicySpec
-from firedrill.remediate.training import StallDetector, run_hang_runbook
+from firedrill.remediate.training import StallDetector, StepRecord, run_hang_runbook
+from firedrill.respond.incidents import IncidentBook
 from firedrill.respond.responder import EPOCH, EvaluatorProbe, Mode, Responder, ResponderPolicy
-from firedrill.scenario.chains import Chain, trace_chains
+from firedrill.respond.severity import severity_for
+from firedrill.scenario.chains import Chain, ChainSources, trace_chains
 from firedrill.scenario.command import symptom_kind
 from firedrill.scenario.spec import OPERATIONS, ScenarioSpec, TimelineEntry
-from firedrill.twin.engine import Twin
 
 ProgressFn = Callable[[float], None]
 
@@ -39,7 +42,7 @@ ProgressFn = Callable[[float], None]
 @dataclass
 class ScenarioRun:
     spec: ScenarioSpec
-    twin: Twin
+    world: ScenarioWorld
     controller: RemediationController
     notifier: Notifier
     alerts: list[AlertEvent] = field(default_factory=list)
@@ -53,7 +56,7 @@ class ScenarioRun:
         return self.notifier.notifications
 
 
-def expand(entry: TimelineEntry, twin: Twin) -> list[ops.Operation]:
+def expand(entry: TimelineEntry, world: ScenarioWorld) -> list[ops.Operation]:
     """The operations one timeline entry stands for (a cell expands over its nodes)."""
     cls = OPERATIONS[entry.op]
     if entry.cell is None:
@@ -61,7 +64,7 @@ def expand(entry: TimelineEntry, twin: Twin) -> list[ops.Operation]:
         return [one]
     nodes = [
         v.name
-        for v in twin.node_views(cell=entry.cell)
+        for v in world.node_views(cell=entry.cell)
         if entry.pool is None or v.pool == entry.pool
     ]
     count = max(1, round(len(nodes) * entry.share))
@@ -79,24 +82,25 @@ def run_scenario(
     slo: SloSpec,
     policy: PolicySpec,
     *,
+    make_world: ScenarioWorldFactory,
     progress: ProgressFn | None = None,
     mode: Mode | None = None,
 ) -> ScenarioRun:
-    twin = Twin(fleet, spec.seed, hours_hint=spec.duration_s / 3600.0)
-    fleet_port: Fleet = twin
-    burn = BurnRateEvaluator(slo, twin)
-    causes = CauseEvaluator(slo, twin)
-    quality = QualityEvaluator(slo.quality, twin)
-    imbalance = PdImbalanceEvaluator(slo.prefill_decode, twin)
-    security = SecurityEvaluator(slo, twin)
+    """Run ``spec`` on a fresh world from ``make_world`` (seeded from the scenario)."""
+    world = make_world(fleet, spec.seed, spec.duration_s / 3600.0)
+    burn = BurnRateEvaluator(slo, world)
+    causes = CauseEvaluator(slo, world)
+    quality = QualityEvaluator(slo.quality, world)
+    imbalance = PdImbalanceEvaluator(slo.prefill_decode, world)
+    security = SecurityEvaluator(slo, world)
     notifier = Notifier(slo.routing)
-    controller = RemediationController(policy, fleet_port)
-    run = ScenarioRun(spec, twin, controller, notifier)
-    run.responder = _responder(spec, fleet, twin, burn, notifier, mode)
+    controller = RemediationController(policy, world)
+    run = ScenarioRun(spec, world, controller, notifier)
+    run.responder = _responder(spec, fleet, world, burn, notifier, mode)
     timeline = sorted(spec.timeline, key=lambda e: e.at_s)
     step = fleet.scrape_interval_s
     paged: set[str] = set()
-    stall = StallDetector(twin, gpu_hour_usd=fleet.gpu_hour_usd) if fleet.training else None
+    stall = StallDetector(world, gpu_hour_usd=fleet.gpu_hour_usd) if fleet.training else None
     run.extra["training"] = {}
     i = 0
     burn.evaluate()
@@ -104,14 +108,14 @@ def run_scenario(
     quality.evaluate()
     imbalance.evaluate()
     security.evaluate()
-    while twin.t < spec.duration_s - 1e-9:
-        while i < len(timeline) and timeline[i].at_s <= twin.t + 1e-9:
-            for op in expand(timeline[i], twin):
-                twin.apply(op)
-                run.applied.append((twin.t, timeline[i], op))
+    while world.now_s() < spec.duration_s - 1e-9:
+        while i < len(timeline) and timeline[i].at_s <= world.now_s() + 1e-9:
+            for op in expand(timeline[i], world):
+                world.apply(op)
+                run.applied.append((world.now_s(), timeline[i], op))
             i += 1
-        twin.advance(min(step, spec.duration_s - twin.t))
-        now = twin.t
+        world.advance(min(step, spec.duration_s - world.now_s()))
+        now = world.now_s()
         evs = burn.evaluate() + causes.evaluate() + quality.evaluate() + imbalance.evaluate()
         evs += security.evaluate()
         for ev in evs:
@@ -120,7 +124,7 @@ def run_scenario(
                 notifier.fire(ev.at_s, ev.labels)
             else:
                 notifier.resolve(ev.at_s, ev.labels)
-        controller.observe(now, twin)
+        controller.observe(now, world)
         for page in controller.state.pages:
             if page.cell in paged:
                 continue
@@ -155,11 +159,13 @@ def run_scenario(
                     "gpu_hours_burning": sp.gpu_hours_burned,
                 }
                 if spec.training_runbook:
-                    records = twin.training.flight_recorder(sp.jobset)
+                    records = world.flight_recorder(sp.jobset)
                     rep = run_hang_runbook(
-                        twin, twin.training, sp.jobset, records, gpu_hour_usd=fleet.gpu_hour_usd
+                        world, world, sp.jobset, records, gpu_hour_usd=fleet.gpu_hour_usd
                     )
                     entry.update(
+                        jobset=sp.jobset,
+                        runbook_steps=[_runbook_step(step) for step in rep.steps],
                         rank=rep.rank,
                         node=rep.node,
                         excluded=list(rep.excluded),
@@ -177,15 +183,29 @@ def run_scenario(
             run.responder.observe(now, notifier.notifications)
         if progress is not None:
             progress(now)
-    twin.flush_ttft()
-    run.chains = trace_chains(run)
+    world.settle()
+    run.chains = trace_chains(
+        ChainSources(
+            world=world,
+            applied=[(at, op) for at, _, op in run.applied],
+            alerts=run.alerts,
+            controller=controller,
+            end_s=world.now_s(),
+        )
+    )
     return run
+
+
+def _runbook_step(step: StepRecord) -> dict[str, Any]:
+    """One applied step of the hang runbook: when, which operation, on what."""
+    target = getattr(step.op, "node", None) or getattr(step.op, "jobset", "")
+    return {"at_s": step.at_s, "op": type(step.op).__name__, "target": target}
 
 
 def _responder(
     spec: ScenarioSpec,
     fleet: FleetSpec,
-    twin: Twin,
+    world: ScenarioWorld,
     burn: BurnRateEvaluator,
     notifier: Notifier,
     mode: Mode | None,
@@ -198,11 +218,12 @@ def _responder(
         policy = policy.model_copy(update={"mode": mode})
     return Responder(
         policy,
-        twin,
+        world,
+        book=IncidentBook(severity_for(fleet.gpu_hour_usd, spec.severity)),
         probe=EvaluatorProbe(burn, lambda: notifier.firing),
         classify=symptom_kind,
-        signals=twin,
-        capacity=twin,
-        catalog=twin,
+        signals=world,
+        capacity=world,
+        catalog=world,
         epoch=EPOCH + timedelta(hours=fleet.start_hour_utc),
     )

@@ -70,9 +70,9 @@ def security_incidents(run: ScenarioRun, tenant: str | None = None) -> list[Inci
 
 def incident_evidence(run: ScenarioRun, inc: Incident) -> EvidenceBundle:
     """The evidence of one security incident: its tenant's audit records over its window."""
-    twin = run.twin
+    world = run.world
     tenant = _tenant_of(inc)
-    start, end = window_of(inc.opened_at_s, twin.t)
+    start, end = window_of(inc.opened_at_s, world.now_s())
     levers = []
     if run.responder is not None:
         for r in run.responder.records(inc.id):
@@ -84,12 +84,12 @@ def incident_evidence(run: ScenarioRun, inc: Incident) -> EvidenceBundle:
         tenant=tenant,
         start_s=start,
         end_s=end,
-        egress=twin.sandbox.egress_records(start_s=start, end_s=end, tenant=tenant),
-        tools=twin.sandbox.tool_records(start_s=start, end_s=end, tenant=tenant),
+        egress=world.sandbox.egress_records(start_s=start, end_s=end, tenant=tenant),
+        tools=world.sandbox.tool_records(start_s=start, end_s=end, tenant=tenant),
         levers=levers,
-        operations=twin.journal,
-        compensations=twin.sandbox.compensations(tenant=tenant),
-        complete_since_s=twin.sandbox.complete_since_s(),
+        operations=world.operations(),
+        compensations=world.sandbox.compensations(tenant=tenant),
+        complete_since_s=world.sandbox.complete_since_s(),
         notes={"scenario": run.spec.name, "seed": str(run.spec.seed)},
     )
 
@@ -121,8 +121,8 @@ def _touches(op: ops.Operation, tenant: str) -> bool:
 
 
 def _problems(c: SecurityCheck, run: ScenarioRun) -> list[str]:
-    twin = run.twin
-    sandbox = twin.sandbox
+    world = run.world
+    sandbox = world.sandbox
     bad: list[str] = []
     incidents = security_incidents(run, c.tenant)
     if not incidents:
@@ -133,14 +133,14 @@ def _problems(c: SecurityCheck, run: ScenarioRun) -> list[str]:
     kinds = [e.kind for e in applied]
     if c.containment and not _in_order(c.containment, kinds):
         bad.append(f"applied {kinds}")
-    deny_all = twin.flags.get(DENY_ALL_FLAG) == "true" or any(
+    deny_all = world.flags().get(DENY_ALL_FLAG) == "true" or any(
         isinstance(a.op, ops.SetFlag) and a.op.key == DENY_ALL_FLAG and a.op.value == "true"
-        for a in twin.journal
+        for a in world.operations()
     )
     if deny_all != c.deny_all:
         bad.append(f"deny-all applied: {deny_all}")
     ns = sandbox_namespace(c.tenant) + "/"
-    pods = sorted(p for p in twin.quarantined_pods if p.startswith(ns))
+    pods = sorted(p for p in world.quarantined_pods() if p.startswith(ns))
     if c.pods_quarantined is not None and len(pods) < c.pods_quarantined:
         bad.append(f"{len(pods)} pod(s) quarantined")
     gone = [p for p in pods if not sandbox.has_pod(p)]
@@ -173,7 +173,7 @@ def _comms_problems(
         return ["no status update posted"]
     egress = bundle.records("egress-proxy.jsonl")
     hidden = {tenant, *(r["pod"] for r in egress), *(r["session"] for r in egress)}
-    hidden |= {c.name for c in run.twin.cells()}
+    hidden |= {c.name for c in run.world.cells()}
     hosts = {r["dest_host"] for r in egress if looks_base64(r["dest_host"])}
     bad: list[str] = []
     for u in updates:
@@ -191,20 +191,21 @@ def _comms_problems(
 
 
 def _touched(run: ScenarioRun, tenant: str) -> list[str]:
-    twin = run.twin
+    world = run.world
+    flags_now = world.flags()
     bad: list[str] = []
-    ops_on = [type(a.op).__name__ for a in twin.journal if _touches(a.op, tenant)]
+    ops_on = [type(a.op).__name__ for a in world.operations() if _touches(a.op, tenant)]
     if ops_on:
         bad.append(f"{tenant} touched by {ops_on}")
-    flags = sorted(k for k in twin.flags if k.startswith(f"{tenant}."))
-    if flags or twin.flags.get(DENY_ALL_FLAG) == "true":
+    flags = sorted(k for k in flags_now if k.startswith(f"{tenant}."))
+    if flags or flags_now.get(DENY_ALL_FLAG) == "true":
         bad.append(f"{tenant} flags set: {flags or [DENY_ALL_FLAG]}")
-    spec_pool = next((t.sandboxes for t in twin.spec.tenants if t.name == tenant), None)
+    spec_pool = next((t.sandboxes for t in world.fleet_spec().tenants if t.name == tenant), None)
     if spec_pool is None:
         return [f"unknown tenant {tenant}"]
-    if twin.sandbox.warm_pool(tenant) != spec_pool:
-        bad.append(f"{tenant} warm pool {twin.sandbox.warm_pool(tenant)} != {spec_pool}")
-    if twin.flags.get(tenant + SIDE_EFFECT_SUFFIX) is not None:
+    if world.sandbox.warm_pool(tenant) != spec_pool:
+        bad.append(f"{tenant} warm pool {world.sandbox.warm_pool(tenant)} != {spec_pool}")
+    if flags_now.get(tenant + SIDE_EFFECT_SUFFIX) is not None:
         bad.append(f"{tenant} kill switch set")
     return bad
 

@@ -64,9 +64,9 @@ def _reduce(values: np.ndarray, how: str) -> float:
 
 def evaluate_series(c: SeriesCheck, run: ScenarioRun) -> tuple[str, bool, str, str]:
     """(check, passed, expected, observed) of one series check."""
-    end = duration_s(c.at) if c.at is not None else run.twin.t
+    end = duration_s(c.at) if c.at is not None else run.world.now_s()
     start = end - duration_s(c.window)
-    series = run.twin.query(c.name, c.matchers, start_s=start, end_s=end)
+    series = run.world.query(c.name, c.matchers, start_s=start, end_s=end)
     reduced = [r for s in series if not math.isnan(r := _reduce(s.values, c.reduce))]
     lo = "-inf" if c.min is None else f"{c.min:g}"
     hi = "inf" if c.max is None else f"{c.max:g}"

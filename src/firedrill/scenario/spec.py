@@ -19,6 +19,7 @@ from firedrill.detect.slo import duration_s
 from firedrill.model import operations as ops
 from firedrill.model.spec import NAME_RE
 from firedrill.respond.responder import ResponderPolicy
+from firedrill.respond.severity import SevMatrix, refuse_price
 from firedrill.scenario.incident_check import IncidentCheck
 from firedrill.scenario.security_check import SecurityCheck
 from firedrill.scenario.series_check import SeriesCheck
@@ -153,6 +154,13 @@ class ScenarioSpec(_Strict):
     expect: list[Check] = []
     training_runbook: bool = True  # run the hang runbook on stalled JobSets
     responder: ResponderPolicy | None = None  # None: incident command only reports (advise)
+    # Severity thresholds (default: respond/severity.py's table); the GPU-hour price is the fleet's.
+    severity: SevMatrix | None = None
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _severity_price_is_the_fleets(cls, data: object) -> object:
+        return refuse_price(data)
 
     @property
     def duration_s(self) -> float:

@@ -1,5 +1,10 @@
 """Break-glass grants: emergency access that is approved by someone else, scoped, and expires.
 
+The store keeps the broker's rules too, so nothing it holds says a rule was met when it was
+not: two distinct approvers (told apart by ``model.identity.canonical_identity``, so ``alice``
+and ``Alice`` are one person), neither the requester nor the identity granted, and a scope
+from the allowlist (``model.access.scope_refusal``).
+
 A grant is live from ``granted_at_s`` until the first of ``expires_at_s`` and ``reaped_at_s``.
 The reaper asks ``due_for_reaping`` and calls ``reap``; nothing is deleted, so an auditor can see
 every grant, who approved it and when it ended.
@@ -13,6 +18,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from firedrill.errors import StoreError
+from firedrill.model.access import scope_refusal
+from firedrill.model.identity import distinct_people, same_person
 from firedrill.store import incidents, validate
 from firedrill.store.db import mapped_errors, writing
 from firedrill.store.models import BreakGlassGrant
@@ -29,7 +36,8 @@ def grant(
     expires_at_s: float,
     scope: str,
 ) -> BreakGlassGrant:
-    """Record a grant; it needs at least one approver other than the requester, and an expiry."""
+    """Record a grant: two distinct approvers other than the requester and the identity, a
+    scope from the allowlist, and an expiry."""
     row = BreakGlassGrant(
         incident_id=incident_id,
         identity=validate.name(identity, "identity"),
@@ -40,8 +48,17 @@ def grant(
         reaped_at_s=None,
         scope=validate.name(scope, "scope"),
     )
-    if row.requested_by in row.approved_by:
-        raise StoreError(f"{row.requested_by} cannot approve their own break-glass request")
+    for approver in row.approved_by:
+        if same_person(approver, row.requested_by) or same_person(approver, row.identity):
+            raise StoreError(f"{approver} cannot approve their own break-glass request")
+    if len(distinct_people(row.approved_by)) < 2:
+        raise StoreError(
+            f"a break-glass grant needs two distinct approvers, got {row.approved_by} "
+            "(names are compared case-folded and normalised)"
+        )
+    why = scope_refusal(row.scope)
+    if why is not None:
+        raise StoreError(why)
     if row.expires_at_s <= row.granted_at_s:
         raise StoreError("expires_at_s must be after granted_at_s")
     incidents.require(session=session, incident_id=incident_id)

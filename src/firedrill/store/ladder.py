@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from firedrill.drill.ladder import Gate, LadderRun, gate, rotation_warnings, rung_number
 from firedrill.errors import StoreError
 from firedrill.store import audit, drills
+from firedrill.store import findings as action_items
 from firedrill.store.db import mapped_errors
 from firedrill.store.models import DrillResult, JsonValue
 
@@ -71,12 +72,28 @@ def check(
     run_by: str,
     runbook_author: str | None = None,
     override_reason: str | None = None,
+    require_closed_findings: bool = False,
 ) -> LadderCheck:
-    """May ``rung`` run for ``model`` now, and what should the person running it hear?"""
+    """May ``rung`` run for ``model`` now, and what should the person running it hear?
+
+    With ``require_closed_findings`` the action items raised at the rung below must be closed.
+    """
     number = _rung(rung)
     history = runs(session=session, model=model)
+    open_below: list[str] = []
+    if require_closed_findings and number > 0:
+        open_below = [
+            v.id for v in action_items.open_at_rung(session=session, model=model, rung=number - 1)
+        ]
     return LadderCheck(
-        gate=gate(history, model=model, rung=number, override_reason=override_reason),
+        gate=gate(
+            history,
+            model=model,
+            rung=number,
+            override_reason=override_reason,
+            open_below=open_below,
+            require_closed=require_closed_findings,
+        ),
         warnings=tuple(
             rotation_warnings(
                 history, model=model, rung=number, run_by=run_by, runbook_author=runbook_author
@@ -98,10 +115,12 @@ def record(
     started_at: datetime,
     runbook_author: str | None = None,
     override_reason: str | None = None,
+    require_closed_findings: bool = False,
 ) -> tuple[DrillResult, LadderCheck]:
     """Store one run; refused (``StoreError``) if the gate refuses it and no reason overrides.
 
     An override's reason is kept on the result and appended to the audit log, by ``run_by``.
+    The run's findings become (or raise again) action items (``store.action_items``).
     """
     if started_at.tzinfo is None:
         raise StoreError("started_at must be timezone-aware (UTC)")
@@ -114,6 +133,7 @@ def record(
         run_by=run_by,
         runbook_author=runbook_author,
         override_reason=reason,
+        require_closed_findings=require_closed_findings,
     )
     if not answer.gate.allowed:
         raise StoreError(f"the ladder refuses this run: {answer.gate.reason}")
@@ -130,6 +150,7 @@ def record(
         override_reason=reason if answer.gate.overridden else None,
         started_at=started_at.astimezone(UTC).isoformat(),
     )
+    action_items.track(session=session, result=row, at=started_at.astimezone(UTC))
     if answer.gate.overridden:
         audit.append(
             session,

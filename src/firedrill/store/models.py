@@ -319,3 +319,57 @@ class AuditRecord(Base):
     data: Mapped[JsonObject] = mapped_column(JSON)
     prev_hash: Mapped[str] = mapped_column(String(HASH_LEN), unique=True)
     hash: Mapped[str] = mapped_column(String(HASH_LEN), unique=True)
+
+
+class FindingStatus(StrEnum):
+    open = "open"
+    closed = "closed"
+
+
+class FindingEventKind(StrEnum):
+    raised = "raised"
+    raised_again = "raised_again"
+    reopened = "reopened"
+    closed = "closed"
+
+
+class DrillFinding(Base):
+    """A drill finding tracked to closure (revision 0003); ``id`` is its stable identity.
+
+    The same gap found again by a later run of the same drill is this row again
+    (``firedrill.drill.actions.identity``), with a new line in its history.
+    """
+
+    __tablename__ = "drill_findings"
+    __table_args__ = (one_of("status", FindingStatus), CheckConstraint("rung >= 0", name="rung"))
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)  # FND-<12 hex>
+    key: Mapped[str] = mapped_column(Text)
+    drill: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    model: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    rung: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(ENUM_LEN))
+    owner: Mapped[str] = mapped_column(String(NAME_LEN))
+    text: Mapped[str] = mapped_column(Text)  # as the latest run worded it
+    status: Mapped[FindingStatus] = mapped_column(EnumText(FindingStatus))
+    due: Mapped[str] = mapped_column(String(ISO_TIME_LEN))  # ISO date
+    first_result_id: Mapped[int] = mapped_column(Integer, ForeignKey("drill_results.id"))
+    last_result_id: Mapped[int] = mapped_column(Integer, ForeignKey("drill_results.id"))
+    times_raised: Mapped[int] = mapped_column(Integer)
+
+
+class DrillFindingEvent(Base):
+    """One line of an action item's history: raised, raised again, reopened, closed."""
+
+    __tablename__ = "drill_finding_events"
+    __table_args__ = (one_of("event", FindingEventKind),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item_id: Mapped[str] = mapped_column(String(16), ForeignKey("drill_findings.id"), index=True)
+    event: Mapped[FindingEventKind] = mapped_column(EnumText(FindingEventKind))
+    at: Mapped[str] = mapped_column(String(ISO_TIME_LEN))  # wall clock, ISO 8601 with offset
+    by: Mapped[str] = mapped_column(String(NAME_LEN))
+    result_id: Mapped[int | None] = mapped_column(
+        Integer, ForeignKey("drill_results.id"), nullable=True
+    )
+    note: Mapped[str] = mapped_column(Text)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 from firedrill.errors import StoreError
+from firedrill.model.identity import same_person
 from firedrill.store import validate
 from firedrill.store.models import ActionKind, JsonObject, LeverStatus
 
@@ -318,7 +319,7 @@ def _grant(value: object, path: str) -> ReportGrant:
     requested_by = next((e.actor for e in events if e.event == "request"), "")
     if not requested_by:
         raise StoreError(f"{_where(f'{path}.audit')}: the grant's request (who asked) is missing")
-    if requested_by in approvers:
+    if any(same_person(requested_by, cast(str, a)) for a in approvers):
         raise StoreError(
             f"{_where(f'{path}.approvers')}: {requested_by} approved their own break-glass request"
         )

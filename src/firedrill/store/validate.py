@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, TypeVar, cast
 
 from firedrill.errors import StoreError
+from firedrill.model.identity import distinct_people
 from firedrill.store.models import NAME_LEN, JsonObject, JsonValue
 
 E = TypeVar("E", bound=StrEnum)
@@ -91,11 +92,11 @@ def one_of(enum: type[E], value: object, field: str) -> E:
 
 
 def names(values: Iterable[object], field: str, *, non_empty: bool = False) -> list[str]:
-    """Distinct names, in the order given."""
+    """Distinct people's names, in the order given (compared canonically: alice is Alice)."""
     if isinstance(values, str | bytes):
         raise StoreError(f"{field} must be a list of names, not a single string")
     out = [name(v, field) for v in values]
-    if len(set(out)) != len(out):
+    if len(distinct_people(out)) != len(out):
         raise StoreError(f"{field} names someone twice: {out}")
     if non_empty and not out:
         raise StoreError(f"{field} must name at least one person")

@@ -1,0 +1,36 @@
+"""Where a run's world is chosen: the embedded twin, or a twin served by ``twin serve``.
+
+The control plane takes its world (or a factory for one) from the caller and never names an
+implementation; this module is where the CLI and its use cases pick one. It is also the static
+proof that both implement the ports a game day needs: mypy checks the assignments in
+``_satisfies``, so a method missing on either side (or with another signature) fails the type
+check, not a drill against a served twin.
+"""
+
+from __future__ import annotations
+
+from firedrill.adapters.remote_twin import RemoteTwin, load_token
+from firedrill.ports import DrillWorld, ScenarioWorld, ScenarioWorldFactory, WorldFactory
+from firedrill.twin.world import TwinWorld, embedded_world
+
+__all__ = ["EMBEDDED", "EMBEDDED_SCENARIO", "load_token", "remote"]
+
+EMBEDDED: WorldFactory = embedded_world
+"""A fresh in-process twin per run (drills, sweeps, plans)."""
+
+EMBEDDED_SCENARIO: ScenarioWorldFactory = embedded_world
+"""A fresh in-process twin per scenario (``firedrill respond``)."""
+
+
+def remote(url: str, token: str) -> DrillWorld:
+    """The twin served at ``url`` (``twin serve``), driven with the control ``token``."""
+    return RemoteTwin(url, token)
+
+
+def _satisfies(embedded: TwinWorld, served: RemoteTwin) -> tuple[DrillWorld, DrillWorld]:
+    """Both twins are drill worlds, and the embedded one a scenario world (checked by mypy)."""
+    drill_world: DrillWorld = embedded
+    remote_world: DrillWorld = served
+    scenario_world: ScenarioWorld = embedded
+    assert scenario_world is drill_world
+    return drill_world, remote_world
