@@ -109,6 +109,11 @@ def run_scenario(
     imbalance.evaluate()
     security.evaluate()
     while world.now_s() < spec.duration_s - 1e-9:
+        if "alert_history_s" not in run.extra and (
+            i < len(timeline) and timeline[i].at_s <= world.now_s() + step + 1e-9
+        ):
+            # steady-state history back to the longest alert window, as on a real Prometheus
+            run.extra["alert_history_s"] = round(burn.backfill(), 3)
         while i < len(timeline) and timeline[i].at_s <= world.now_s() + 1e-9:
             for op in expand(timeline[i], world):
                 world.apply(op)
