@@ -23,7 +23,7 @@ def _rows() -> list[tuple[str, str, str]]:
     text = DOC.read_text(encoding="utf-8")
     assert HEADING in text, f"{DOC}: no '{HEADING}' section"
     section = text.split(HEADING, 1)[1].split("\n#", 1)[0]
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 5 or cells[0] in ("what", "") or set(cells[0]) <= {"-", " "}:
