@@ -107,7 +107,7 @@ def test_mean_queue_wait_at_2s_services_matches_erlang_c(
     """Services of two steps: the slot lattice must not shorten the wait (it did by 22-26%).
 
     At 50% the mean wait is 2 ms, made of the rare request that meets 16 busy seats; what is
-    left of the slotting shows there (−9% with this seed), so its bound is 10%.
+    left of the slotting shows there most (−5 to +5% across seeds), so its bound is 10%.
     """
     twin = short_queue_twin
     region = twin.region_index[f"r{int(rho * 100)}"]
