@@ -104,6 +104,25 @@ def test_the_blackhole_passes_with_terms_summing_to_the_measured_rto(
     assert marks["users_served_s"] >= marks["last_shift_s"]
 
 
+def test_the_alerts_see_days_of_history_and_the_fast_page_waits_for_the_workbook_time(
+    blackhole: DrillResult,
+) -> None:
+    """A total regional outage 2 minutes in: with the windows backfilled past the longest one
+    (3 d), the 14.4x page needs 0.001 x 1 h x 14.4 = 51.8 s of outage and the 6x tier 130 s;
+    on the run's own 2 minutes of history both fired at the first evaluation after T0."""
+    r = blackhole.report
+    assert r["alert_history_s"] >= 3 * 86400
+    t0 = r["t0_s"]
+    pages = [e for e in r["timeline"] if e["kind"] == "page"]
+
+    def first(name: str) -> float:
+        return float(min(e["at_s"] for e in pages if e["text"].startswith(name)))
+
+    fast = first("CellAvailabilityBurnFast")
+    assert fast >= t0 + 51.84
+    assert first("CellAvailabilityBurnSlow") >= t0 + 129.6 > fast
+
+
 def test_failover_goes_through_the_levers_with_guards(blackhole: DrillResult) -> None:
     applied = [lv for lv in blackhole.report["levers"] if lv["status"] == "applied"]
     kinds = [lv["kind"] for lv in applied]

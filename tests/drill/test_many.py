@@ -165,7 +165,7 @@ def test_runs_that_did_not_pass_rerun_alone_to_the_same_verdict(
     job: DrillJob, serial: dict[str, Any], tmp_path: Path
 ) -> None:
     bad = serial["not_passed"]
-    assert bad, "the test drill's 160 s clause fails in some runs of this sweep"
+    assert bad, "the test drill's 210 s clause fails in some runs of this sweep"
     for row in bad:
         seed = row["seed"]
         alone = run_drill(job.spec, job.fleet, job.slo, job.policy, seed=seed,

@@ -63,6 +63,61 @@ def test_mean_queue_wait_matches_erlang_c(queue_twin: Twin, rho: float) -> None:
     assert twin.util_sum[pools].mean() / twin.samples == pytest.approx(rho, rel=0.02)
 
 
+SHORT_SERVICE_S = 2.0  # the 8B model's service: 8 slots of 1 s would be too coarse without care
+SHORT_SEATS = 2
+SHORT_REPLICAS = 8  # c = 16 seats per cell
+
+
+@pytest.fixture(scope="module")
+def short_queue_twin() -> Twin:
+    """2 s services, c = 16, at 50%, 70% and 90%: 20 cells each for 2 simulated hours."""
+    lat = LatencySpec(
+        prefill_a_s=0.0,
+        prefill_b_s_per_token=1e-9,
+        prefill_c_s_per_token2=0.0,
+        decode_a_s=SHORT_SERVICE_S / 250.0,
+        decode_b_s_per_token=0.0,
+        decode_c_s_per_seq=0.0,
+        prefill_interference=0.0,
+        cold_cache_penalty=0.0,
+    )
+    c = SHORT_SEATS * SHORT_REPLICAS
+    cells = 20
+    regions = {
+        f"r{int(rho * 100)}": (
+            cells,
+            SHORT_REPLICAS,
+            SHORT_REPLICAS,
+            rho * c / SHORT_SERVICE_S * cells,
+        )
+        for rho in (0.5, 0.7, 0.9)
+    }
+    m = model(latency=lat, max_num_seqs=SHORT_SEATS, queue_timeout_s=300.0)
+    spec = fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
+    twin = Twin(spec, seed=11, record=False)
+    twin.run_for(2 * 3600)
+    twin.flush_ttft()
+    return twin
+
+
+@pytest.mark.parametrize(("rho", "rel"), [(0.5, 0.10), (0.7, 0.05), (0.9, 0.05)])
+def test_mean_queue_wait_at_2s_services_matches_erlang_c(
+    short_queue_twin: Twin, rho: float, rel: float
+) -> None:
+    """Services of two steps: the slot lattice must not shorten the wait (it did by 22-26%).
+
+    At 50% the mean wait is 2 ms, made of the rare request that meets 16 busy seats; what is
+    left of the slotting shows there most (−5 to +5% across seeds), so its bound is 10%.
+    """
+    twin = short_queue_twin
+    region = twin.region_index[f"r{int(rho * 100)}"]
+    pools = np.nonzero(twin.pool_region == region)[0]
+    measured = twin.queue_wait_sum[pools].sum() / twin.admitted_total[pools].sum()
+    c = SHORT_SEATS * SHORT_REPLICAS
+    expected = erlang_c_wait_s(c, rho * c / SHORT_SERVICE_S, SHORT_SERVICE_S)
+    assert measured == pytest.approx(expected, rel=rel)
+
+
 def test_erlang_c_formula_against_a_known_value() -> None:
     # M/M/2 with a = 1 (rho 0.5): P(wait) = 1/3, Wq = P / (c mu - lambda) = (1/3) / (2 - 1)
     assert erlang_c_wait_s(2, 1.0, 1.0) == pytest.approx(1 / 3)
@@ -230,3 +285,101 @@ def test_origin_rejections_per_client_are_bounded_by_the_back_off() -> None:
     assert per_client_per_s <= reg.parallel_gets / reg.retry_backoff_s + 1e-9
     # and the origin still serves its request-rate cap: back-off does not idle it
     assert rs.origin_gb == pytest.approx(500 * 16 / 1000 * 55, rel=0.15)
+
+
+def _errors_twin(*, fail_fast: bool) -> tuple[Twin, float, float]:
+    """A cell at 90% load; half its requests fail from t = 600 s. Returns mean busy, error ratio."""
+    lat = LatencySpec(
+        prefill_a_s=0.0,
+        prefill_b_s_per_token=1e-9,
+        prefill_c_s_per_token2=0.0,
+        decode_a_s=SERVICE_S / 250.0,
+        decode_b_s_per_token=0.0,
+        decode_c_s_per_seq=0.0,
+        prefill_interference=0.0,
+        cold_cache_penalty=0.0,
+    )
+    c = SEATS_PER_REPLICA * REPLICAS
+    m = model(latency=lat, max_num_seqs=SEATS_PER_REPLICA, queue_timeout_s=300.0)
+    rps = 0.9 * c / SERVICE_S * 10
+    spec = fleet(
+        regions={"r": (10, REPLICAS, REPLICAS, rps)}, m=m, tokens=TokensSpec(output_mean=250.0)
+    )
+    twin = Twin(spec, seed=3, record=False)
+    twin.run_for(600)
+    for cell in twin.cell_names:
+        twin.apply(ops.InjectServingErrors("llm-70b", cell, 0.5, fail_fast=fail_fast))
+    twin.run_for(120)  # the seats held before the fault drain
+    busy = 0.0
+    req0, err0 = float(twin.requests.sum()), float(twin.errors.sum())
+    for _ in range(1800):
+        twin.step()
+        busy += float(twin.busy.sum()) / len(twin.cell_names)
+    ratio = (float(twin.errors.sum()) - err0) / (float(twin.requests.sum()) - req0)
+    return twin, busy / 1800, ratio
+
+
+def test_a_fail_fast_5xx_frees_its_seat_and_a_hanging_one_holds_it() -> None:
+    c = SEATS_PER_REPLICA * REPLICAS
+    _, busy_fast, ratio_fast = _errors_twin(fail_fast=True)
+    _, busy_hang, ratio_hang = _errors_twin(fail_fast=False)
+    # both fail half the requests
+    assert ratio_fast == pytest.approx(0.5, abs=0.03)
+    assert ratio_hang == pytest.approx(0.5, abs=0.03)
+    # fail fast: only the served half holds seats (offered 0.9 c, half of it answered at once)
+    assert busy_fast == pytest.approx(0.45 * c, rel=0.08)
+    # hang: every request, failing or not, holds a seat for a whole service
+    assert busy_hang == pytest.approx(0.9 * c, rel=0.08)
+
+
+def test_serving_errors_inverse_keeps_the_mode() -> None:
+    spec = fleet(regions={"r": (1, 8, 8, 1.0)}, m=model())
+    twin = Twin(spec, seed=2, record=False)
+    twin.apply(ops.InjectServingErrors("llm-70b", "c0-0", 0.2, fail_fast=False))
+    inverse = twin.inverse_of(ops.InjectServingErrors("llm-70b", "c0-0", 0.0))
+    assert inverse == ops.InjectServingErrors("llm-70b", "c0-0", 0.2, fail_fast=False)
+
+
+def _outage_page_times(*, backfill: bool) -> dict[str, float]:
+    """A cell at steady load; a total outage 5 minutes in. Seconds to each availability tier."""
+    from firedrill.detect.evaluator import BurnRateEvaluator
+    from firedrill.detect.slo import Objective, SloSpec
+
+    slo = SloSpec(
+        objectives=[
+            Objective(name="a", product="p", model="llm-70b", sli="availability", target=0.999)
+        ]
+    )
+    spec = fleet(regions={"r": (1, 8, 8, 20.0)}, m=model())
+    twin = Twin(spec, seed=4, record=True)
+    burn = BurnRateEvaluator(slo, twin)
+    burn.evaluate()
+    while twin.t < 300.0 - 1e-9:
+        twin.run_for(15.0)
+        burn.evaluate()
+    if backfill:
+        assert burn.backfill() >= burn.longest_window_s
+    twin.apply(ops.InjectServingErrors("llm-70b", "c0-0", 1.0))
+    fired: dict[str, float] = {}
+    while twin.t < 300.0 + 600.0 - 1e-9:
+        twin.run_for(15.0)
+        for ev in burn.evaluate():
+            if ev.state == "firing":
+                fired.setdefault(ev.label("burn_tier"), twin.t - 300.0)
+    return fired
+
+
+def test_fast_burn_page_on_an_early_total_outage_fires_at_the_workbook_time() -> None:
+    """(1 − SLO) / error ratio × window × burn rate = 0.001 × 3600 s × 14.4 = 51.8 s.
+
+    With the windows backfilled to the longest one, the 14.4x page fires within one evaluation
+    step (15 s) after 51.8 s, and the 6x tier (0.001 × 6 h × 6 = 130 s) later, not with it.
+    Without the backfill a 1 h window holding 5 minutes reads the outage 12 times too fast.
+    """
+    fired = _outage_page_times(backfill=True)
+    tiers = sorted(fired, key=fired.__getitem__)
+    page, slow_page = tiers[0], tiers[1]
+    assert 51.84 <= fired[page] < 51.84 + 15.0
+    assert 129.6 <= fired[slow_page] < 129.6 + 15.0
+    early = _outage_page_times(backfill=False)
+    assert min(early.values()) < 30.0  # the bias the backfill removes

@@ -28,13 +28,13 @@ import numpy as np
 import numpy.typing as npt
 
 from firedrill.drill.journal import decode_op, encode_op
-from firedrill.drill.wire import WireError, from_wire
 from firedrill.errors import JournalError, OperationError, RemoteWorldError, UnknownTargetError
 from firedrill.model.changes import ChangeEvent
 from firedrill.model.operations import Operation
 from firedrill.model.release import DigestRecord, ServingDigest
 from firedrill.model.series import Labels, Series
 from firedrill.model.state import CellView, FaultRecord, NodeView, ReplicaTransition
+from firedrill.model.wire import WireError, from_wire
 
 __all__ = ["TOKEN_ENV", "RemoteTwin", "load_token"]
 

@@ -69,7 +69,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from firedrill.adapters.safe_files import replace_private
 from firedrill.drill.journal import decode_op, encode_op
-from firedrill.drill.wire import to_wire
 from firedrill.errors import (
     FiredrillError,
     JournalError,
@@ -79,6 +78,7 @@ from firedrill.errors import (
 )
 from firedrill.model import bounds
 from firedrill.model import operations as ops
+from firedrill.model.wire import to_wire
 from firedrill.twin.engine import Twin
 from firedrill.twin.world import TwinWorld
 

@@ -14,6 +14,7 @@ long the run has been going.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from firedrill.ports import Signals
 F64 = npt.NDArray[np.float64]
 ROWS = 4  # counters kept per objective: two ratios of numerator and denominator
 _SLI_CODE = {"ttft": 0, "availability": 1, "goodput": 2}
+BACKFILL_COARSE_ROWS = 2048  # samples beyond the last two hours of a backfill
 
 
 @dataclass
@@ -141,6 +143,58 @@ class BurnRateEvaluator:
     @property
     def started(self) -> bool:
         return self.history.n > 0
+
+    @property
+    def history_s(self) -> float:
+        """Seconds of counter history the windows can see (backfilled part included)."""
+        h = self.history
+        return float(h.t[h.n - 1] - h.t[0]) if h.n else 0.0
+
+    @property
+    def longest_window_s(self) -> float:
+        return float(self._window_s.max())
+
+    def backfill(self) -> float:
+        """Extend the history back past the longest window at the rate seen so far.
+
+        A real Prometheus holds days of history when a fault starts; an evaluator that started
+        with the run sees only minutes, and then a 1 h window holding 5 minutes of history reads
+        a total outage 12 times too fast (the 14.4x page fires after 15 s instead of 52 s) and
+        every tier fires at once. Called once the run has sampled its steady state (before the
+        first fault), this prepends synthetic samples that continue every counter backwards at
+        its observed steady rate: at the evaluation spacing for the last two hours, coarser
+        beyond (a window's error *ratio* does not depend on the spacing, as both counters share
+        the samples). Returns the history length afterwards; with fewer than two evaluations
+        there is no rate to continue and nothing changes.
+        """
+        h = self.history
+        if h.n < 2:
+            return self.history_s
+        span = float(h.t[h.n - 1] - h.t[0])
+        need = self.longest_window_s - span
+        if span <= 0 or need <= 0:
+            return self.history_s
+        spacing = span / (h.n - 1)
+        fine = min(need, 2 * 3600.0)
+        n_fine = math.ceil(fine / spacing)
+        back = spacing * np.arange(1, n_fine + 1)
+        if need > back[-1]:
+            coarse = max(spacing, (need - back[-1]) / BACKFILL_COARSE_ROWS)
+            n_coarse = math.ceil((need - back[-1]) / coarse)
+            back = np.concatenate([back, back[-1] + coarse * np.arange(1, n_coarse + 1)])
+        t0 = float(h.t[0])
+        rate = (h.rows[h.n - 1] - h.rows[0]) / span  # [width, cells]
+        times = (t0 - back)[::-1]
+        rows = h.rows[0][None, :, :] + rate[None, :, :] * (times - t0)[:, None, None]
+        n = h.n + times.size
+        t_new = np.zeros(max(n * 2, 256))
+        r_new = np.zeros((t_new.size, h.rows.shape[1], h.rows.shape[2]))
+        t_new[: times.size] = times
+        t_new[times.size : n] = h.t[: h.n]
+        r_new[: times.size] = rows
+        r_new[times.size : n] = h.rows[: h.n]
+        h.t, h.rows, h.n = t_new, r_new, n
+        return self.history_s
 
     @property
     def evaluations(self) -> int:

@@ -36,11 +36,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from firedrill.drill.wire import WireError, from_wire, to_wire
 from firedrill.errors import JournalError
 from firedrill.model import operations as ops
 from firedrill.model.journal import Intent, JournalHeader, JournalState
 from firedrill.model.operations import Operation
+from firedrill.model.wire import WireError, from_wire, to_wire
 
 __all__ = [
     "DEFAULT_JOURNAL_DIR",

@@ -462,6 +462,9 @@ class DrillReport:
     timeline: tuple[TimelineEvent, ...]
     charts: Charts
     spec_path: str | None = None  # the drill file, when run from one
+    # seconds of history the burn-rate alerts had when the first fault came (the backfill);
+    # None in reports written before it was recorded
+    alert_history_s: Number | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> DrillReport:
@@ -493,6 +496,7 @@ class DrillReport:
             "survivor": list(self.survivor),
             "t0_s": self.t0_s,
             "steady_state_s": self.steady_state_s,
+            "alert_history_s": self.alert_history_s,
             "end_s": self.end_s,
             "hypothesis": [c.to_json() for c in self.hypothesis],
             "rto": self.rto.to_json(),

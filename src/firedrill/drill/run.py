@@ -167,6 +167,8 @@ class _Run:
     # changes nothing (the newer promotion superseded it)
     promotions: dict[tuple[str, str], list[_Active]] = field(default_factory=dict)
     baseline_digest: dict[tuple[str, str], ops.Operation] = field(default_factory=dict)
+    # seconds of history the burn-rate windows saw at the first injection (backfill included)
+    alert_history_s: float | None = None
 
     def now(self) -> float:
         return round(self.world.now_s(), 6)
@@ -651,6 +653,10 @@ def _drive(
     while run.now() < cap - 1e-6 and stopped is None:
         start = run.now()
         end = min(start + step, cap)
+        if run.alert_history_s is None and first_at <= end + 1e-6:
+            # the windows see the steady state as far back as the longest one, as they would on
+            # a Prometheus that has been scraping the fleet for days
+            run.alert_history_s = burn.backfill()
         act_due()
         # sub-steps: events due inside this evaluation step happen at their own time
         while True:
@@ -1020,6 +1026,7 @@ def _report(
         "survivor": list(spec.survivor),
         "t0_s": _round(t0),
         "steady_state_s": _round(first_at),
+        "alert_history_s": _round(run.alert_history_s),
         "end_s": _round(end),
         "hypothesis": clauses,
         "rto": {

@@ -296,11 +296,18 @@ class SetNodeVersion:
 
 @dataclass(frozen=True)
 class InjectServingErrors:
-    """A share of a pool's requests fail with 5xx (a bad serving image or canary)."""
+    """A share of a pool's requests fail with 5xx (a bad serving image or canary).
+
+    ``fail_fast`` (the default) answers the 5xx at once, so the failed request never holds a
+    seat: a crashing handler, a rejected request. ``fail_fast=False`` is the hang: the request
+    holds its seat for a whole service and fails at the end (a stuck decode, a timeout upstream),
+    so the errors also eat capacity.
+    """
 
     model: str
     cell: str
     fraction: float
+    fail_fast: bool = True
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ def to_json(run: ScenarioRun, checks: list[CheckResult], *, spec_sha256: str) ->
             "chains": [c.to_json() for c in run.chains],
         },
         "training": run.extra.get("training", {}),
+        "alert_history_s": run.extra.get("alert_history_s"),
         "incidents": command(run),
         "changes": [asdict(c) for c in world.changes(since_s=0.0)],
         "expectations": [asdict(c) for c in checks],

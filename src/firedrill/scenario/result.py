@@ -210,6 +210,8 @@ class RespondReport:
     changes: tuple[ChangeRecord, ...]
     expectations: tuple[Expectation, ...]
     passed: bool
+    # seconds of history the burn-rate alerts saw when the timeline began (None: not recorded)
+    alert_history_s: Number | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> RespondReport:
@@ -233,6 +235,7 @@ class RespondReport:
             "alerts": [a.to_json() for a in self.alerts],
             "remediation": self.remediation.to_json(),
             "training": self.training,
+            "alert_history_s": self.alert_history_s,
             "incidents": list(self.incidents),
             "changes": [c.to_json() for c in self.changes],
             "expectations": [e.to_json() for e in self.expectations],

@@ -103,6 +103,12 @@ def run_scenario(
     imbalance.evaluate()
     security.evaluate()
     while world.now_s() < spec.duration_s - 1e-9:
+        if "alert_history_s" not in run.extra and (
+            i < len(timeline) and timeline[i].at_s <= world.now_s() + step + 1e-9
+        ):
+            # how much history the burn-rate windows hold when the first event lands (drills
+            # backfill it to the longest window; scenarios keep the run's own, and say so)
+            run.extra["alert_history_s"] = round(burn.history_s, 3)
         while i < len(timeline) and timeline[i].at_s <= world.now_s() + 1e-9:
             for op in expand(timeline[i], world):
                 world.apply(op)

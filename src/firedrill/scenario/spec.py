@@ -23,10 +23,10 @@ from pydantic import (
 )
 
 from firedrill.detect.slo import duration_s
-from firedrill.drill.wire import WireError, from_wire
 from firedrill.model import bounds
 from firedrill.model import operations as ops
 from firedrill.model.spec import NAME_RE
+from firedrill.model.wire import WireError, from_wire
 from firedrill.respond.responder import ResponderPolicy
 from firedrill.respond.severity import SevMatrix, refuse_price
 from firedrill.scenario.incident_check import IncidentCheck

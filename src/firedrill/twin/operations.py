@@ -246,7 +246,9 @@ class Operations(Remediation, Hydrate):
                 return ops.SetNodeVersion(node, comp, n.versions[comp])
             case ops.InjectServingErrors(model=model, cell=cell):
                 p = self.lookup_model(model) * len(self.cell_names) + self.lookup_cell(cell)
-                return ops.InjectServingErrors(model, cell, float(self.error_fraction[p]))
+                return ops.InjectServingErrors(
+                    model, cell, float(self.error_fraction[p]), bool(self.error_fail_fast[p])
+                )
             case ops.ResetGpu(node=node, gpu=gpu):
                 ni = self.lookup_node(node)
                 self._gpu_check(ni, gpu)
@@ -514,11 +516,12 @@ class Operations(Remediation, Hydrate):
                 n.versions[comp] = version
                 self._refresh_bad_exporters()
                 self.note_change("node_layer", n.cell, node, old_version, version, comp)
-            case ops.InjectServingErrors(model=model, cell=cell, fraction=frac):
+            case ops.InjectServingErrors(model=model, cell=cell, fraction=frac, fail_fast=ff):
                 if not 0.0 <= frac <= 1.0:
                     raise OperationError("error fraction must be within 0..1")
                 p = self.model_index[model] * len(self.cell_names) + self.cell_index[cell]
                 self.error_fraction[p] = frac
+                self.error_fail_fast[p] = ff
             case ops.ResetGpu(node=node, gpu=gpu):
                 ni = self.node_index[node]
                 if any(gpu in self.replicas[r].gpus for r in self.nodes[ni].replicas):

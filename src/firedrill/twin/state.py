@@ -239,6 +239,8 @@ class TwinState:
         p = self.n_pools
         self.ready = np.zeros(p, dtype=np.int64)
         self.busy = np.zeros(p, dtype=np.int64)
+        self.busy_fast = np.zeros(p, dtype=np.int64)  # busy seats in the fast service phase
+        self._busy_seen = np.zeros(p, dtype=np.int64)  # busy as the queue left it
         self.queue = np.zeros((p, self.queue_k), dtype=np.int64)
         self.lam = np.zeros(p)
         self.lam_warm = np.zeros(p)
@@ -247,12 +249,15 @@ class TwinState:
         self._pending_admit = np.zeros((p, self.queue_k), dtype=np.int64)
         self._factor_acc = np.zeros(p)
         self._extra_acc = np.zeros(p)
+        self._wait_corr_acc = np.zeros(p)  # in-step wait of the sub-stepped queue (seconds)
         # a cohort admitted k steps after arriving waited k·dt
         self.age_wait_s = np.arange(self.queue_k, dtype=np.float64) * self.dt
         self.pool_range = np.arange(p)
         self._zeros_i = np.zeros(p, dtype=np.int64)
+        self._zeros_f = np.zeros(p)
         self.pool_dirty = np.ones(p, dtype=bool)
         self.error_fraction = np.zeros(p)
+        self.error_fail_fast = np.ones(p, dtype=bool)  # a 5xx answers at once, seat free
         self.prefill_mean = mean_prefill_s(self.shape)
         self.kv_tokens_per_seq = self.shape.prompt_mean + self.shape.output_mean / 2.0
         self.warm_gain = np.minimum(self.dt / self.cold_decay, 1.0)

@@ -14,7 +14,7 @@ import numpy as np
 
 from firedrill.twin.replica import ReplicaState
 from firedrill.twin.scheduling import Scheduling
-from firedrill.twin.serving import decode_step_s
+from firedrill.twin.serving import decode_step_s, lattice_service, queue_substeps
 from firedrill.twin.state import F64, I64, TPOT_EXPORT
 
 READY = ReplicaState.READY
@@ -68,6 +68,11 @@ class Traffic(Scheduling):
         if lost.any():
             n_lost = self.rng.binomial(arrivals, lost / np.maximum(lam + lost, 1e-12))
             arrivals = arrivals - n_lost
+        failed_fast = None
+        if self.error_fraction.any() and self.error_fail_fast.any():
+            # a fail-fast 5xx is answered at once: it never waits for, nor holds, a seat
+            failed_fast = self.rng.binomial(arrivals, self.error_fraction * self.error_fail_fast)
+            arrivals = arrivals - failed_fast
         serving = self.ready  # replicas with seats: a disaggregated pool's decode replicas
         if self.pd is not None:
             arrivals, extra, n_lost, serving = self.pd.prefill(arrivals, extra, n_lost, coldness)
@@ -89,30 +94,30 @@ class Traffic(Scheduling):
         prefill_s = self.prefill_mean if self.pd is None else self.pd.service_prefill
         service = prefill_s + self.shape.output_mean * tpot
         overflow = np.maximum(self.busy - ready * self.kv_seats_per_replica, 0.0)
-        p_done = self.dt / service
+        keep = None
         if overflow.any():
-            p_done = p_done * (1.0 - overflow / np.maximum(self.busy, 1))
+            keep = 1.0 - overflow / np.maximum(self.busy, 1)
             self.preemptions += self.rng.poisson(overflow * 0.05 * self.dt)
-        done = self.rng.binomial(self.busy, np.minimum(p_done, 1.0))
-        self.busy -= done
-        # queue: age cohorts, time out the oldest, admit FIFO
+        # queue: age cohorts, time out the oldest; completions and FIFO admissions in sub-steps
         q = self.queue
         q[:, 1:] = q[:, :-1]
-        q[:, 0] = arrivals
-        free = np.maximum(seats - self.busy, 0)
+        q[:, 0] = 0
+        timed_out = self._zeros_i
         if q[:, 1:].any():
             expired = q * self.timeout_mask
             timed_out = expired.sum(axis=1)
             q -= expired
-            admitted_by_age = _admit(q, free)
-            admitted = admitted_by_age.sum(axis=1)
-            self._pending_admit += admitted_by_age
+        done, admitted, wait_corr = self._queue_arithmetic(
+            service, keep, seats, arrivals, q[:, 1:].sum(axis=1)
+        )
+        q[:, 0] = arrivals
+        if q[:, 1:].any():
+            self._pending_admit += _admit(q, admitted)
         else:
-            timed_out = self._zeros_i
-            admitted = np.minimum(arrivals, free)
             q[:, 0] -= admitted
             self._pending_admit[:, 0] += admitted
-        self.busy += admitted
+        self._wait_corr_acc += wait_corr
+        self._extra_acc += wait_corr
         factor = (
             1.0 + self.shape.interference * np.minimum(batch / self.seats_per_replica, 1.0)
         ) * (1.0 + self.shape.cold_penalty * coldness)
@@ -122,12 +127,15 @@ class Traffic(Scheduling):
         tpot_bin = np.searchsorted(TPOT_EXPORT, tpot / slow_mix)
         np.add.at(self.tpot_hist, (self.pool_range, tpot_bin), done)
         self.tpot_sum += done * tpot
-        if self.error_fraction.any():
-            failed = self.rng.binomial(done, self.error_fraction)
+        if self.error_fraction.any() and not self.error_fail_fast.all():
+            # a hanging 5xx held its seat for the whole service and fails at the end
+            failed = self.rng.binomial(done, self.error_fraction * ~self.error_fail_fast)
             self.errors += failed  # counted as requests when they arrived
             done = done - failed
         self.ok += done
         fails = timed_out
+        if failed_fast is not None:
+            fails = fails + failed_fast
         if dropped is not None:
             fails = fails + dropped
         if n_lost is not None:
@@ -153,6 +161,65 @@ class Traffic(Scheduling):
         self.service_now = service
         if self._oom_models:
             self._oom_crashes()
+
+    def _queue_arithmetic(
+        self, service: F64, keep: F64 | None, seats: I64, arrivals: I64, waiting: I64
+    ) -> tuple[I64, I64, F64]:
+        """Completions and admissions of one step: (completed, admitted, wait correction).
+
+        Each busy seat is in the slow or the fast phase of the lattice service (see
+        :func:`firedrill.twin.serving.lattice_service`); the step runs in sub-steps when its
+        services are short, arrivals spread evenly over them. ``waiting`` is the queue left from
+        earlier steps. The wait correction is the queue's area within the step at sub-step
+        resolution minus the whole step the age cohorts credit to those still waiting; it is
+        zero without sub-steps and makes the waits of the admitted add up to the queue's area.
+        """
+        rng = self.rng
+        busy = self.busy
+        fast = self.busy_fast
+        moved = busy != self._busy_seen  # a crash or a gateway drop took seats since last step
+        if moved.any():
+            fast = np.where(moved, fast * busy // np.maximum(self._busy_seen, 1), fast)
+        fast = np.minimum(fast, busy)
+        slow = busy - fast
+        contended = (waiting > 0) | (arrivals > seats - busy)
+        n = queue_substeps(self.dt, float(service[contended].min())) if contended.any() else 1
+        h = self.dt / n
+        pi, p1, p2 = lattice_service(service / h)
+        if keep is not None:
+            p1 = p1 * keep
+            p2 = p2 * keep
+        done = self._zeros_i
+        admitted = self._zeros_i
+        area = self._zeros_i
+        left = arrivals
+        for j in range(n):
+            d_slow = rng.binomial(slow, p1)
+            d_fast = rng.binomial(fast, p2)
+            slow = slow - d_slow
+            fast = fast - d_fast
+            done = done + d_slow + d_fast
+            if n == 1:
+                arrive = arrivals
+            else:
+                arrive = rng.binomial(left, 1.0 / (n - j))
+                left = left - arrive
+            waiting = waiting + arrive
+            x = np.minimum(np.maximum(seats - slow - fast, 0), waiting)
+            waiting = waiting - x
+            x_slow = rng.binomial(x, pi)
+            slow = slow + x_slow
+            fast = fast + np.asarray(x - x_slow, dtype=np.int64)
+            admitted = admitted + x
+            if n > 1:
+                area = area + waiting
+        self.busy = slow + fast
+        self.busy_fast = fast
+        self._busy_seen = self.busy.copy()
+        if n == 1:
+            return done, admitted, self._zeros_f
+        corr: F64 = area * h - waiting * self.dt
+        return done, admitted, corr
 
     def _partition_losses(self, flow: F64, lam: F64, lost: F64) -> tuple[F64, F64]:
         """Traffic that crosses a cut (region-region) or enters a cut-off region (edge) fails.
@@ -193,7 +260,7 @@ class Traffic(Scheduling):
         counts, sums = self.binner.bin(self.rng, pend, factor, extra)
         self.ttft_hist += counts
         self.ttft_sum += sums
-        self.queue_wait_sum += pend @ self.age_wait_s
+        self.queue_wait_sum += pend @ self.age_wait_s + self._wait_corr_acc
         self.admitted_total += n
         length = self.rng.binomial(n, 0.1)
         self.success_length += length
@@ -202,6 +269,7 @@ class Traffic(Scheduling):
         pend[:] = 0
         self._factor_acc[:] = 0.0
         self._extra_acc[:] = 0.0
+        self._wait_corr_acc[:] = 0.0
 
     def _oom_crashes(self) -> None:
         for p in range(self.n_pools):
