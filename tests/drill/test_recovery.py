@@ -270,7 +270,7 @@ def test_without_a_promotion_during_a_pause_both_replication_checks_are_not_exer
 
 def test_failback_steps_in_order_and_thaws_survivor_last() -> None:
     twin = failed_over()
-    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.0)
+    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.5)
     run_failback(twin, fb)
     res = fb.result()
     assert res["state"] == "done", res["reason"]
@@ -299,7 +299,7 @@ def test_failback_steps_in_order_and_thaws_survivor_last() -> None:
 
 def test_failback_backs_off_one_step_on_an_injected_burn() -> None:
     twin = failed_over()
-    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.0)
+    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.5)
     state = {"injected": False, "cleared": False}
 
     def burn() -> None:
@@ -333,7 +333,7 @@ def test_failback_refuses_different_digests_and_moves_nothing() -> None:
     twin.apply(ops.PromoteDigest(MODEL, "a", NEW))
     twin.run_for(15)  # the next scrape shows it
     fb = Failback(
-        PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.0,
+        PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.5,
         precheck_wait_s=300.0,
     )  # fmt: skip
     run_failback(twin, fb)
@@ -351,7 +351,7 @@ def test_failback_waits_for_replication_then_proceeds() -> None:
     twin = failed_over()
     twin.apply(ops.PromoteDigest(MODEL, "a", NEW))  # lands in b after the 120 s lag
     twin.run_for(15)
-    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.0)
+    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.5)
     run_failback(twin, fb, until_s=900.0)
     assert fb.phase in ("probe", "stepping")
     assert fb.digests == {"a": NEW, "b": NEW}
@@ -361,7 +361,7 @@ def test_failback_waits_for_replication_then_proceeds() -> None:
 def test_failback_cannot_go_green_while_the_idp_is_cut_off() -> None:
     twin = failed_over(services=[ServiceSpec(name="idp", kind="idp", region="b")])
     twin.apply(ops.Partition("region-region", "a", "b"))  # the primary's probes need b's IdP
-    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.0)
+    fb = Failback(PLAN, fleet=twin, signals=twin, model=MODEL, primary="a", survivor="b", slo=2.5)
     run_failback(twin, fb, until_s=1500.0)
     assert fb.phase == "probe"
     assert fb.probe_green_since_s is None

@@ -37,6 +37,7 @@ import numpy as np
 from firedrill.detect.promql import bucket_quantile
 from firedrill.detect.slo import SloSpec
 from firedrill.drill.spec import DrillSpec, FailbackSpec
+from firedrill.errors import FiredrillError
 from firedrill.model import operations as ops
 from firedrill.model.operations import Operation
 from firedrill.model.series import Series
@@ -984,23 +985,23 @@ class Failback:
         """(requests, TTFT share over the threshold, 5xx share) for the model in a region."""
         m = {"model_name": self.model, "region": region}
         le = repr(float(self.slo.ttft_threshold_s))
-        fast = _increase(
-            self.signals.query(
-                "vllm:time_to_first_token_seconds_bucket", {**m, "le": le}, start_s=0.0, end_s=end
-            ),
-            start,
-            end,
+        fast_series = self.signals.query(
+            "vllm:time_to_first_token_seconds_bucket", {**m, "le": le}, start_s=0.0, end_s=end
         )
-        every = _increase(
-            self.signals.query(
-                "vllm:time_to_first_token_seconds_bucket",
-                {**m, "le": "+Inf"},
-                start_s=0.0,
-                end_s=end,
-            ),
-            start,
-            end,
+        every_series = self.signals.query(
+            "vllm:time_to_first_token_seconds_bucket",
+            {**m, "le": "+Inf"},
+            start_s=0.0,
+            end_s=end,
         )
+        if every_series and not fast_series:
+            # a threshold off the histogram's boundaries reads as every request slow
+            raise FiredrillError(
+                f'the TTFT histogram of {self.model} in {region} has no bucket le="{le}": '
+                "the failback's TTFT threshold must be one of the exporter's bucket boundaries"
+            )
+        fast = _increase(fast_series, start, end)
+        every = _increase(every_series, start, end)
         http = self.signals.query("http_requests_total", m, start_s=0.0, end_s=end)
         errors = _increase([s for s in http if s.label("status") == "5xx"], start, end)
         total = _increase(http, start, end)
