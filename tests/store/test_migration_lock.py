@@ -26,7 +26,7 @@ PROCESSES = 3
 WORKER = """
 import sys, time
 from pathlib import Path
-from firedrill.cli_incident import open_for_writing
+from firedrill.app.respond import open_for_writing
 from firedrill.store import audit
 url, start = sys.argv[1], Path(sys.argv[2])
 while not start.exists():

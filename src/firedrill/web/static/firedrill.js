@@ -32,6 +32,16 @@
     }
     if (live) { live.textContent = "live: " + seen + " update" + (seen === 1 ? "" : "s"); }
   }
+  // A refresh already on its way when the person started typing is dropped on arrival: the
+  // section is refreshed again once they leave it.
+  document.body.addEventListener("htmx:beforeSwap", function (evt) {
+    var target = evt.detail.target;
+    var cause = evt.detail.requestConfig && evt.detail.requestConfig.triggeringEvent;
+    if (target && target.hasAttribute && target.hasAttribute("data-live") &&
+        cause && cause.type === "fd-update" && busy(target)) {
+      evt.detail.shouldSwap = false;
+    }
+  });
   var stream = new EventSource(src, { withCredentials: true });
   stream.onmessage = function () {
     seen += 1;
