@@ -23,31 +23,40 @@ SEATS_PER_REPLICA = 2
 REPLICAS = 4  # c = 8 seats per cell
 
 
-@pytest.fixture(scope="module")
-def queue_twin() -> Twin:
-    """Three regions at 50%, 70% and 90% utilisation; 40 cells each, run 8 simulated hours."""
+def erlang_cells(
+    *, service_s: float, seats: int, replicas: int, cells: int, hours: float, seed: int = 11
+) -> Twin:
+    """Cells of identical replicas with a flat decode curve (so services are ``service_s``), at
+    50%, 70% and 90% utilisation in regions ``r50``, ``r70`` and ``r90``, run for ``hours``."""
     lat = LatencySpec(
         prefill_a_s=0.0,
         prefill_b_s_per_token=1e-9,
         prefill_c_s_per_token2=0.0,
-        decode_a_s=SERVICE_S / 250.0,
+        decode_a_s=service_s / 250.0,
         decode_b_s_per_token=0.0,
         decode_c_s_per_seq=0.0,
         prefill_interference=0.0,
         cold_cache_penalty=0.0,
     )
-    c = SEATS_PER_REPLICA * REPLICAS
-    cells = 40
+    c = seats * replicas
     regions = {
-        f"r{int(rho * 100)}": (cells, REPLICAS, REPLICAS, rho * c / SERVICE_S * cells)
+        f"r{int(rho * 100)}": (cells, replicas, replicas, rho * c / service_s * cells)
         for rho in (0.5, 0.7, 0.9)
     }
-    m = model(latency=lat, max_num_seqs=SEATS_PER_REPLICA, queue_timeout_s=300.0)
+    m = model(latency=lat, max_num_seqs=seats, queue_timeout_s=300.0)
     spec = fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
-    twin = Twin(spec, seed=11, record=False)
-    twin.run_for(8 * 3600)
+    twin = Twin(spec, seed=seed, record=False)
+    twin.run_for(hours * 3600)
     twin.flush_ttft()
     return twin
+
+
+@pytest.fixture(scope="module")
+def queue_twin() -> Twin:
+    """Three regions at 50%, 70% and 90% utilisation; 40 cells each, run 8 simulated hours."""
+    return erlang_cells(
+        service_s=SERVICE_S, seats=SEATS_PER_REPLICA, replicas=REPLICAS, cells=40, hours=8
+    )
 
 
 @pytest.mark.parametrize("rho", [0.5, 0.7, 0.9])
@@ -71,33 +80,9 @@ SHORT_REPLICAS = 8  # c = 16 seats per cell
 @pytest.fixture(scope="module")
 def short_queue_twin() -> Twin:
     """2 s services, c = 16, at 50%, 70% and 90%: 20 cells each for 2 simulated hours."""
-    lat = LatencySpec(
-        prefill_a_s=0.0,
-        prefill_b_s_per_token=1e-9,
-        prefill_c_s_per_token2=0.0,
-        decode_a_s=SHORT_SERVICE_S / 250.0,
-        decode_b_s_per_token=0.0,
-        decode_c_s_per_seq=0.0,
-        prefill_interference=0.0,
-        cold_cache_penalty=0.0,
+    return erlang_cells(
+        service_s=SHORT_SERVICE_S, seats=SHORT_SEATS, replicas=SHORT_REPLICAS, cells=20, hours=2
     )
-    c = SHORT_SEATS * SHORT_REPLICAS
-    cells = 20
-    regions = {
-        f"r{int(rho * 100)}": (
-            cells,
-            SHORT_REPLICAS,
-            SHORT_REPLICAS,
-            rho * c / SHORT_SERVICE_S * cells,
-        )
-        for rho in (0.5, 0.7, 0.9)
-    }
-    m = model(latency=lat, max_num_seqs=SHORT_SEATS, queue_timeout_s=300.0)
-    spec = fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
-    twin = Twin(spec, seed=11, record=False)
-    twin.run_for(2 * 3600)
-    twin.flush_ttft()
-    return twin
 
 
 @pytest.mark.parametrize(("rho", "rel"), [(0.5, 0.10), (0.7, 0.05), (0.9, 0.05)])
