@@ -326,6 +326,34 @@ def _receiver(labels: Mapping[str, str]) -> str:
     return severity if severity in ("security", "page") else "ticket"
 
 
+def _record(
+    s: Any,
+    *,
+    incident_id: str,
+    at_s: float,
+    kind: str,
+    actor: str,
+    text: str,
+    data: dict[str, JsonValue],
+    action: str,
+    audit_subject: str | None = None,
+    audit_data: dict[str, JsonValue] | None = None,
+) -> None:
+    """A decision on an incident, kept twice: on its timeline for people, in the audit log for
+    auditors (by the same actor, about the incident unless ``audit_subject`` says otherwise)."""
+    timeline.add(
+        session=s, incident_id=incident_id, at_s=at_s, kind=kind, actor=actor, text=text, data=data
+    )
+    audit.append(
+        s,
+        actor=actor,
+        action=action,
+        subject=incident_id if audit_subject is None else audit_subject,
+        data=data if audit_data is None else audit_data,
+        at_s=at_s,
+    )
+
+
 class IncidentService:
     """Alerts → incidents → proposals → approvals → pulls → verification, kept in the store."""
 
@@ -699,22 +727,20 @@ class IncidentService:
             self._by_journal[row.id] = p
             verb = "refused" if status == "refused" else "proposed"
             need = f"; needs {' + '.join(roles)}" if roles else ""
-            timeline.add(
-                session=s,
+            _record(
+                s,
                 incident_id=sid,
                 at_s=now,
                 kind="lever",
                 actor=SERVICE_ACTOR,
                 text=f"{verb} {rec.entry.kind} on {rec.entry.target}{need}: {rec.entry.reason}",
                 data={"journal_id": row.id, "kind": rec.entry.kind, "status": status},
-            )
-            audit.append(
-                s,
-                actor=SERVICE_ACTOR,
                 action=f"lever.{verb}",
-                subject=sid,
-                data={"journal_id": row.id, "kind": rec.entry.kind, "target": rec.entry.target},
-                at_s=now,
+                audit_data={
+                    "journal_id": row.id,
+                    "kind": rec.entry.kind,
+                    "target": rec.entry.target,
+                },
             )
             kind: EventType = "lever.refused" if status == "refused" else "lever.proposed"
             events.append((kind, sid, {"lever_id": row.id}))
@@ -792,22 +818,17 @@ class IncidentService:
                         status=403,
                     )
                 sid = self.ingestor.store_id(p.book_id)
-                audit.append(
+                _record(
                     s,
-                    actor=person.strip(),
-                    action="lever.approve",
-                    subject=f"lever:{journal_id}",
-                    data={"role": role, "incident": sid},
-                    at_s=now,
-                )
-                timeline.add(
-                    session=s,
                     incident_id=sid,
                     at_s=now,
                     kind="approval",
                     actor=person.strip(),
                     text=f"{person.strip()} approved {view.kind} on {view.target} as {role}",
                     data={"journal_id": journal_id, "role": role},
+                    action="lever.approve",
+                    audit_subject=f"lever:{journal_id}",
+                    audit_data={"role": role, "incident": sid},
                 )
             events.append(("lever.approved", sid, {"lever_id": journal_id, "by": person}))
             result = self.lever(journal_id)
@@ -977,22 +998,16 @@ class IncidentService:
             approvers=[a.name for a in approvers],
         )
         s.flush()
-        timeline.add(
-            session=s,
+        _record(
+            s,
             incident_id=sid,
             at_s=now,
             kind="lever",
             actor=SERVICE_ACTOR,
             text=f"undid {entry.kind} on {entry.target}: {why}",
             data={"journal_id": row.id, "proposal_id": p.journal_id, "status": "undone"},
-        )
-        audit.append(
-            s,
-            actor=SERVICE_ACTOR,
             action="lever.undo",
-            subject=sid,
-            data={"journal_id": row.id, "proposal_id": p.journal_id, "reason": why},
-            at_s=now,
+            audit_data={"journal_id": row.id, "proposal_id": p.journal_id, "reason": why},
         )
         prior = self._outcomes.get(p.journal_id)
         self._outcomes[p.journal_id] = _Outcome(
@@ -1079,22 +1094,20 @@ class IncidentService:
                 except BreakGlassError as exc:
                     raise ServeError(exc.reason, status=403) from exc
                 self._bg_incident[req.request_id] = incident_id
-                timeline.add(
-                    session=s,
+                _record(
+                    s,
                     incident_id=incident_id,
                     at_s=now,
                     kind="breakglass",
                     actor=person.strip(),
                     text=f"{person.strip()} asked break-glass for {identity} on {scope}: {reason}",
                     data={"request_id": req.request_id, "scope": scope},
-                )
-                audit.append(
-                    s,
-                    actor=person.strip(),
                     action="breakglass.request",
-                    subject=incident_id,
-                    data={"request_id": req.request_id, "identity": req.identity, "scope": scope},
-                    at_s=now,
+                    audit_data={
+                        "request_id": req.request_id,
+                        "identity": req.identity,
+                        "scope": scope,
+                    },
                 )
         self._emit("timeline", incident_id, {"breakglass": req.request_id})
         return BreakGlassRead(
@@ -1151,8 +1164,8 @@ class IncidentService:
                     )
                     s.flush()
                     del self._bg_incident[request_id]
-                    timeline.add(
-                        session=s,
+                    _record(
+                        s,
                         incident_id=incident_id,
                         at_s=now,
                         kind="breakglass",
@@ -1160,14 +1173,7 @@ class IncidentService:
                         text=f"break-glass {grant.identity} on {grant.scope} granted by "
                         f"{', '.join(grant.approvers)} until {grant.expires_at_s:g} s",
                         data={"grant_id": row.id, "request_id": request_id},
-                    )
-                    audit.append(
-                        s,
-                        actor=" + ".join(grant.approvers),
                         action="breakglass.grant",
-                        subject=incident_id,
-                        data={"grant_id": row.id, "request_id": request_id},
-                        at_s=now,
                     )
                     out = BreakGlassRead(
                         request_id=request_id,
