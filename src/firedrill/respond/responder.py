@@ -60,6 +60,7 @@ from firedrill.respond.breakglass import (
     Grant,
     SecurityPage,
 )
+from firedrill.respond.bundle import bundle_revert
 from firedrill.respond.comms import (
     CommsError,
     CommsPlan,
@@ -250,6 +251,12 @@ def serving_runbook(ctx: RunbookContext) -> list[Candidate]:
         c = top.change
         if top.stream == "demand":
             out += _demand_levers(ctx, top)
+        elif top.stream == "bundle":
+            # the bundle label goes back before any traffic moves (the rollback order), whether
+            # the storm it causes shows first as KV tickets or as the burn they lead to
+            found = bundle_revert((top,))
+            if found is not None:
+                out.append(Candidate(*found))
         elif top.stream in ("weights", "serving_image"):
             out.append(
                 Candidate(
