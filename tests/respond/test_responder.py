@@ -520,3 +520,32 @@ def test_a_bundle_change_before_onset_is_reverted_before_any_traffic_moves(
     assert first.params == parse_serving_config(good)
     if kind == "availability":
         assert kinds.index("cell_drain") > 0  # a drain only after the cheaper lever
+
+
+def test_incidents_opening_with_the_revert_do_not_revert_it_back() -> None:
+    """Two cells page in one step: the first reverts the bundle, the second shares the revert.
+
+    The revert is a bundle change at the second incident's onset; taken as its cause, it would
+    be "reverted" to the bad config.
+    """
+    twin, good = _bad_bundle_twin()
+    twin.run_for(240)  # the fleet's clock is the responder's: its levers change the fleet at 300 s
+    r = Responder(
+        ResponderPolicy.model_validate({"mode": "auto", "auto_apply": ["bundle_revert"]}),
+        twin,
+        probe=Probe(burn=0.0),
+        classify=lambda alerts: "availability",
+        signals=twin,
+        capacity=TwinWorld(twin),
+        catalog=TwinWorld(twin),
+        runbooks=RUNBOOKS,
+    )
+    notes = [_availability_page(300.0, "use1-a"), _availability_page(300.0, "use1-b")]
+    r.observe(300.0, notes)
+    r.observe(315.0, notes)
+    bundle = [c for c in twin.changes(since_s=0.0, cell="use1-a") if c.stream == "bundle"]
+    assert [c.after for c in bundle] == [f"{BAD_BUNDLE} seqs=512 gmu=0.27", good]
+    first = [r.records(i.id)[0] for i in r.book.incidents]
+    assert [rec.entry.kind for rec in first] == ["bundle_revert", "bundle_revert"]
+    assert all(rec.applied for rec in first)
+    assert first[1].shared_from == r.book.incidents[0].id

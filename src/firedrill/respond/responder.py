@@ -148,11 +148,21 @@ class RunbookContext:
     applied: frozenset[tuple[object, ...]] = frozenset()  # ``lever_key``s applied and held now
     signals: Signals | None = None  # series to read (golden set, per-role utilisation)
     catalog: DigestCatalog | None = None  # published digests, for rollback targets
+    own_changes: frozenset[ChangeEvent] = frozenset()  # what the responder's levers changed
 
     @property
     def causes(self) -> tuple[Suspect, ...]:
-        """Suspects that changed before onset, most likely first."""
-        return tuple(s for s in self.suspects if s.before_onset)
+        """Suspects that changed before onset, most likely first, the responder's own levers
+        left out.
+
+        A lever the responder pulled is a mitigation, undone only by its own verification: as a
+        cause it would be reverted by the next incident's runbook (a bundle revert at another
+        cell's onset ranks as the likeliest cause, and reverting it puts the bad config back).
+        It stays among the suspects, where the record of what changed shows it.
+        """
+        return tuple(
+            s for s in self.suspects if s.before_onset and s.change not in self.own_changes
+        )
 
     def region_cells(self) -> tuple[CellView, ...]:
         """The cells of the incident's region."""
@@ -605,6 +615,8 @@ class Responder:
         self._pending_declarations = sorted(policy.declare, key=lambda d: d.at_s)
         # lever key -> the incident that applied it and its entry (other incidents share it)
         self._applied_by: dict[tuple[object, ...], tuple[str, LeverJournalEntry]] = {}
+        # the fleet changes the responder's own pulls and undos made (its mitigations)
+        self._own_changes: set[ChangeEvent] = set()
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -668,7 +680,11 @@ class Responder:
                 continue
             state = self._states.setdefault(inc.id, _State())
             self._comms(inc, state, now_s)
+            before = set(self.fleet.changes(since_s=now_s))
             self._act(inc, state, now_s)
+            self._own_changes.update(
+                c for c in self.fleet.changes(since_s=now_s) if c not in before
+            )
 
     def _declare_until(self, at_s: float) -> None:
         while self._pending_declarations and self._pending_declarations[0].at_s <= at_s:
@@ -825,6 +841,7 @@ class Responder:
             applied=frozenset(self._applied_by),
             signals=self.signals,
             catalog=self.catalog,
+            own_changes=frozenset(self._own_changes),
         )
 
     def _approvers(self, lever: Lever) -> tuple[Approver, ...]:
