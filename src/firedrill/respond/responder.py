@@ -680,11 +680,7 @@ class Responder:
                 continue
             state = self._states.setdefault(inc.id, _State())
             self._comms(inc, state, now_s)
-            before = set(self.fleet.changes(since_s=now_s))
             self._act(inc, state, now_s)
-            self._own_changes.update(
-                c for c in self.fleet.changes(since_s=now_s) if c not in before
-            )
 
     def _declare_until(self, at_s: float) -> None:
         while self._pending_declarations and self._pending_declarations[0].at_s <= at_s:
@@ -978,16 +974,30 @@ class Responder:
                 return replace(base, entry=refusal)
             grant = grant_or_why[1]
         baseline = self._symptom_value(inc)
-        entry = lv.pull(
-            lever,
-            self.fleet,
-            approvers=approvers,
-            at_s=now_s,
-            reason=cand.reason,
-            checks=checks,
-            dry_run=False,
+        entry = self._tracked(
+            now_s,
+            lambda: lv.pull(
+                lever,
+                self.fleet,
+                approvers=approvers,
+                at_s=now_s,
+                reason=cand.reason,
+                checks=checks,
+                dry_run=False,
+            ),
         )
         return replace(base, entry=entry, breakglass=grant, baseline=baseline)
+
+    def _tracked(self, now_s: float, act: Callable[[], LeverJournalEntry]) -> LeverJournalEntry:
+        """Apply a pull or an undo, and remember the fleet changes it made as the responder's.
+
+        The fleet stamps its changes on its own clock, which is the clock ``observe`` is driven
+        by; the two reads bracket only the operations applied here.
+        """
+        before = set(self.fleet.changes(since_s=now_s))
+        entry = act()
+        self._own_changes.update(c for c in self.fleet.changes(since_s=now_s) if c not in before)
+        return entry
 
     def _breakglass(
         self, inc: Incident, state: _State, lever: Lever, cand: Candidate, now_s: float
@@ -1099,12 +1109,15 @@ class Responder:
             )
             state.pending = None
             return
-        back = lv.undo(
-            rec.entry,
-            self.fleet,
-            approvers=rec.entry.approvers,
-            at_s=now_s,
-            reason=f"symptom not cleared within {self.policy.verify.window}: {detail}",
+        back = self._tracked(
+            now_s,
+            lambda: lv.undo(
+                rec.entry,
+                self.fleet,
+                approvers=rec.entry.approvers,
+                at_s=now_s,
+                reason=f"symptom not cleared within {self.policy.verify.window}: {detail}",
+            ),
         )
         state.records[i] = replace(
             rec,
