@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from firedrill.detect.notify import Notification
+from firedrill.model import operations as ops
 from firedrill.model.series import Labels, labels_of
 from firedrill.model.spec import FleetSpec
+from firedrill.respond.bundle import parse_serving_config
 from firedrill.respond.guards import UnsafeRequest
 from firedrill.respond.levers import (
     DigestParams,
@@ -30,7 +32,7 @@ from firedrill.respond.responder import (
 )
 from firedrill.respond.runbooks import RUNBOOKS
 from firedrill.respond.severity import Sev
-from firedrill.respond.suspects import SymptomKind
+from firedrill.respond.suspects import Symptom, SymptomKind, rank
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
 from firedrill.twin.world import TwinWorld
@@ -471,3 +473,79 @@ def test_never_applies_a_lever_whose_guard_failed(
             if rec.verified is False and rec.shared_from is None:
                 assert rec.undo is not None
                 assert rec.undo.status == "applied"
+
+
+# --- a bad bundle: the label goes back first, whichever alert opens the incident ----------------
+
+BAD_BUNDLE = "sha256:" + "b2" * 32
+
+
+def _bad_bundle_twin() -> tuple[Twin, str]:
+    """The demo twin with llm-8b's bundle moved to a KV-starved serving config at 60 s."""
+    twin = _twin()
+    twin.run_for(60)
+    before = twin.changes(since_s=0.0)
+    twin.apply(ops.SetServingConfig("llm-8b", BAD_BUNDLE, 512, 0.27))
+    (change,) = [c for c in twin.changes(since_s=0.0, cell="use1-a") if c not in before]
+    return twin, change.before
+
+
+def _availability_page(at_s: float, cell: str) -> Notification:
+    labels = labels_of(
+        alertname="CellAvailabilityBurnFast",
+        severity="page",
+        burn_tier="fast",
+        cell=cell,
+        region="us-east-1",
+        product="code",
+        model_name="llm-8b",
+    )
+    return Notification("page", (cell, "CellAvailabilityBurnFast"), "CellAvailabilityBurnFast",
+                        cell, at_s, (labels,), ())  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["availability", "ttft"])
+def test_a_bundle_change_before_onset_is_reverted_before_any_traffic_moves(
+    kind: SymptomKind,
+) -> None:
+    """The burn can page before the KV tickets fire; the bundle is still the lever to pull."""
+    twin, good = _bad_bundle_twin()
+    symptom = Symptom(kind, 300.0, "use1-a", "us-east-1")
+    ctx = RunbookContext("INC-1", symptom, tuple(rank(twin.changes(since_s=0.0), symptom)), twin,
+                         300.0)  # fmt: skip
+    kinds = [c.request.kind for c in RUNBOOKS[kind](ctx)]
+    assert kinds[0] == "bundle_revert"
+    (first,) = [c.request for c in RUNBOOKS[kind](ctx)][:1]
+    assert isinstance(first, Lever)
+    assert first.params == parse_serving_config(good)
+    if kind == "availability":
+        assert kinds.index("cell_drain") > 0  # a drain only after the cheaper lever
+
+
+def test_incidents_opening_with_the_revert_do_not_revert_it_back() -> None:
+    """Two cells page in one step: the first reverts the bundle, the second shares the revert.
+
+    The revert is a bundle change at the second incident's onset; taken as its cause, it would
+    be "reverted" to the bad config.
+    """
+    twin, good = _bad_bundle_twin()
+    twin.run_for(240)  # the fleet's clock is the responder's: its levers change the fleet at 300 s
+    r = Responder(
+        ResponderPolicy.model_validate({"mode": "auto", "auto_apply": ["bundle_revert"]}),
+        twin,
+        probe=Probe(burn=0.0),
+        classify=lambda alerts: "availability",
+        signals=twin,
+        capacity=TwinWorld(twin),
+        catalog=TwinWorld(twin),
+        runbooks=RUNBOOKS,
+    )
+    notes = [_availability_page(300.0, "use1-a"), _availability_page(300.0, "use1-b")]
+    r.observe(300.0, notes)
+    r.observe(315.0, notes)
+    bundle = [c for c in twin.changes(since_s=0.0, cell="use1-a") if c.stream == "bundle"]
+    assert [c.after for c in bundle] == [f"{BAD_BUNDLE} seqs=512 gmu=0.27", good]
+    first = [r.records(i.id)[0] for i in r.book.incidents]
+    assert [rec.entry.kind for rec in first] == ["bundle_revert", "bundle_revert"]
+    assert all(rec.applied for rec in first)
+    assert first[1].shared_from == r.book.incidents[0].id

@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from firedrill.cli import app
 from firedrill.scenario.result import RespondReport, respond_report_schema
+from firedrill.scenario.run import _backfill_at
+from firedrill.scenario.spec import TimelineEntry
 
 SCENARIOS = sorted(Path("examples/scenarios").glob("*.yaml"))
 runner = CliRunner()
@@ -34,6 +36,10 @@ def test_example_scenario_meets_its_expectations(path: Path, tmp_path: Path) -> 
     data = _run(path, tmp_path)
     assert data["passed"] is True
     assert data["expectations"], "a scenario without expectations proves nothing"
+    # the alerts saw the steady state back past the longest window (the 1x ticket's 3 d)
+    history = data["alert_history_s"]
+    assert isinstance(history, float)
+    assert history >= 3 * 86400
     rem = data["remediation"]
     assert isinstance(rem, dict)
     for key in ("actions", "blocked", "chains"):
@@ -114,3 +120,24 @@ def test_a_hung_training_run_is_rated_on_gpu_hours(tmp_path: Path) -> None:
     assert inc["sev"] == "SEV3"  # 4,096 GPUs x $2 = $8,192/h, no user affected
     assert inc["postmortem"]["gpu_hours_lost"] > 0
     assert any(lv["kind"] == "jobset_suspend" for lv in inc["levers"])
+
+
+@pytest.mark.parametrize(
+    ("ats", "expected"),
+    [
+        ([120.0], 105.0),  # the evaluation before the first event
+        ([0.0, 0.0, 120.0], 105.0),  # entries at 0 s are the starting state, not the first event
+        ([0.0], 15.0),  # nothing after 0 s: as soon as two evaluations give a rate
+        ([], 15.0),
+        ([10.0, 300.0], -5.0),  # an event within the first step: no steady state to continue
+    ],
+)
+def test_the_history_is_backfilled_just_before_the_first_event(
+    ats: list[float], expected: float
+) -> None:
+    timeline = [
+        TimelineEntry.model_validate({"at": f"{a:g}s", "op": "DenyCapacity",
+                                      "args": {"region": "us-east-1"}})
+        for a in ats
+    ]  # fmt: skip
+    assert _backfill_at(timeline, 15.0) == expected

@@ -3,8 +3,9 @@
 * **KV OOMs and preemptions** (``KVCacheHigh``, ``VllmPreemptions``). Reference 000: "a
   max_num_seqs or gpu_memory_utilization change [in the CatalogBundle] causes KV OOMs". When a
   bundle change precedes the symptom, the model owner's first lever is moving the bundle label
-  back (``bundle_revert``) to the serving config the change replaced, read from the change
-  itself; the serving runbook's levers follow.
+  back (``bundle_revert``, planned in ``firedrill.respond.bundle``) to the serving config the
+  change replaced, read from the change itself, whichever bundle change ranks highest; the
+  serving runbook's levers follow.
 * **Prefill/decode imbalance** (``PrefillDecodeImbalance``: one role saturated, the other idle).
   The split is rebalanced toward what the offered load needs (``pd_rebalance``): each role's
   replicas needed at saturation throughput (``firedrill_pd_replicas_needed``), averaged over the
@@ -15,14 +16,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from firedrill.model.series import Series
 from firedrill.ports import Signals
-from firedrill.respond.levers import Lever, ModelsParams, ServingConfigParams, SplitParams
+from firedrill.respond.bundle import bundle_revert
+from firedrill.respond.bundle import parse_serving_config as parse_serving_config
+from firedrill.respond.levers import Lever, ModelsParams, SplitParams
 from firedrill.respond.responder import (
     Candidate,
     RunbookContext,
@@ -36,40 +38,12 @@ NEEDED = "firedrill_pd_replicas_needed"
 WINDOW_S = 300.0  # averaging window of the load each role needs
 MIN_SHIFT = 0.05  # a split closer than this to the balanced one is left alone
 SHARE_RANGE = (0.1, 0.9)  # never leave a role with less than a tenth of the pool
-# How the twin writes a CatalogBundle's serving config in a bundle change event.
-_BUNDLE_TEXT = re.compile(
-    r"^(?P<digest>sha256:[0-9a-f]{12,64}) seqs=(?P<seqs>[0-9]+) gmu=(?P<gmu>[0-9.]+)$"
-)
-
-
-def parse_serving_config(text: str) -> ServingConfigParams | None:
-    """A bundle change's before/after text (``<digest> seqs=<n> gmu=<x>``) as lever params."""
-    m = _BUNDLE_TEXT.match(text.strip())
-    if m is None:
-        return None
-    return ServingConfigParams(m["digest"], int(m["seqs"]), float(m["gmu"]))
 
 
 def bundle_candidates(suspects: Sequence[Suspect]) -> list[Candidate]:
     """A CatalogBundle change before onset: move the label back to the config it replaced."""
-    for s in suspects:
-        if not s.before_onset or s.stream != "bundle":
-            continue
-        before = parse_serving_config(s.change.before)
-        after = parse_serving_config(s.change.after)
-        if before is None or after is None or before == after:
-            continue
-        return [
-            Candidate(
-                Lever("bundle_revert", s.change.subject, before),
-                f"CatalogBundle of {s.change.subject} changed {s.change.after} before onset "
-                f"(max_num_seqs {after.max_num_seqs}, gpu_memory_utilization "
-                f"{after.gpu_memory_utilization:g}): move the label back to {before.bundle_digest}"
-                f" (max_num_seqs {before.max_num_seqs}, gpu_memory_utilization "
-                f"{before.gpu_memory_utilization:g})",
-            )
-        ]
-    return []
+    found = bundle_revert(suspects)
+    return [] if found is None else [Candidate(*found)]
 
 
 def _mean(series: Sequence[Series]) -> dict[str, float]:

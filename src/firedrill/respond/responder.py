@@ -60,6 +60,7 @@ from firedrill.respond.breakglass import (
     Grant,
     SecurityPage,
 )
+from firedrill.respond.bundle import bundle_revert
 from firedrill.respond.comms import (
     CommsError,
     CommsPlan,
@@ -147,11 +148,21 @@ class RunbookContext:
     applied: frozenset[tuple[object, ...]] = frozenset()  # ``lever_key``s applied and held now
     signals: Signals | None = None  # series to read (golden set, per-role utilisation)
     catalog: DigestCatalog | None = None  # published digests, for rollback targets
+    own_changes: frozenset[ChangeEvent] = frozenset()  # what the responder's levers changed
 
     @property
     def causes(self) -> tuple[Suspect, ...]:
-        """Suspects that changed before onset, most likely first."""
-        return tuple(s for s in self.suspects if s.before_onset)
+        """Suspects that changed before onset, most likely first, the responder's own levers
+        left out.
+
+        A lever the responder pulled is a mitigation, undone only by its own verification: as a
+        cause it would be reverted by the next incident's runbook (a bundle revert at another
+        cell's onset ranks as the likeliest cause, and reverting it puts the bad config back).
+        It stays among the suspects, where the record of what changed shows it.
+        """
+        return tuple(
+            s for s in self.suspects if s.before_onset and s.change not in self.own_changes
+        )
 
     def region_cells(self) -> tuple[CellView, ...]:
         """The cells of the incident's region."""
@@ -250,6 +261,12 @@ def serving_runbook(ctx: RunbookContext) -> list[Candidate]:
         c = top.change
         if top.stream == "demand":
             out += _demand_levers(ctx, top)
+        elif top.stream == "bundle":
+            # the bundle label goes back before any traffic moves (the rollback order), whether
+            # the storm it causes shows first as KV tickets or as the burn they lead to
+            found = bundle_revert((top,))
+            if found is not None:
+                out.append(Candidate(*found))
         elif top.stream in ("weights", "serving_image"):
             out.append(
                 Candidate(
@@ -598,6 +615,8 @@ class Responder:
         self._pending_declarations = sorted(policy.declare, key=lambda d: d.at_s)
         # lever key -> the incident that applied it and its entry (other incidents share it)
         self._applied_by: dict[tuple[object, ...], tuple[str, LeverJournalEntry]] = {}
+        # the fleet changes the responder's own pulls and undos made (its mitigations)
+        self._own_changes: set[ChangeEvent] = set()
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -818,6 +837,7 @@ class Responder:
             applied=frozenset(self._applied_by),
             signals=self.signals,
             catalog=self.catalog,
+            own_changes=frozenset(self._own_changes),
         )
 
     def _approvers(self, lever: Lever) -> tuple[Approver, ...]:
@@ -954,16 +974,30 @@ class Responder:
                 return replace(base, entry=refusal)
             grant = grant_or_why[1]
         baseline = self._symptom_value(inc)
-        entry = lv.pull(
-            lever,
-            self.fleet,
-            approvers=approvers,
-            at_s=now_s,
-            reason=cand.reason,
-            checks=checks,
-            dry_run=False,
+        entry = self._tracked(
+            now_s,
+            lambda: lv.pull(
+                lever,
+                self.fleet,
+                approvers=approvers,
+                at_s=now_s,
+                reason=cand.reason,
+                checks=checks,
+                dry_run=False,
+            ),
         )
         return replace(base, entry=entry, breakglass=grant, baseline=baseline)
+
+    def _tracked(self, now_s: float, act: Callable[[], LeverJournalEntry]) -> LeverJournalEntry:
+        """Apply a pull or an undo, and remember the fleet changes it made as the responder's.
+
+        The fleet stamps its changes on its own clock, which is the clock ``observe`` is driven
+        by; the two reads bracket only the operations applied here.
+        """
+        before = set(self.fleet.changes(since_s=now_s))
+        entry = act()
+        self._own_changes.update(c for c in self.fleet.changes(since_s=now_s) if c not in before)
+        return entry
 
     def _breakglass(
         self, inc: Incident, state: _State, lever: Lever, cand: Candidate, now_s: float
@@ -1075,12 +1109,15 @@ class Responder:
             )
             state.pending = None
             return
-        back = lv.undo(
-            rec.entry,
-            self.fleet,
-            approvers=rec.entry.approvers,
-            at_s=now_s,
-            reason=f"symptom not cleared within {self.policy.verify.window}: {detail}",
+        back = self._tracked(
+            now_s,
+            lambda: lv.undo(
+                rec.entry,
+                self.fleet,
+                approvers=rec.entry.approvers,
+                at_s=now_s,
+                reason=f"symptom not cleared within {self.policy.verify.window}: {detail}",
+            ),
         )
         state.records[i] = replace(
             rec,

@@ -210,7 +210,8 @@ class RespondReport:
     changes: tuple[ChangeRecord, ...]
     expectations: tuple[Expectation, ...]
     passed: bool
-    # seconds of history the burn-rate alerts saw when the timeline began (None: not recorded)
+    # seconds of history the burn-rate alerts saw at the first event, the steady state backfilled
+    # back past the longest window (0: an event in the first step; None: not recorded)
     alert_history_s: Number | None = None
 
     @classmethod

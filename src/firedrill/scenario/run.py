@@ -102,13 +102,12 @@ def run_scenario(
     quality.evaluate()
     imbalance.evaluate()
     security.evaluate()
+    backfill_at = _backfill_at(timeline, step)
     while world.now_s() < spec.duration_s - 1e-9:
-        if "alert_history_s" not in run.extra and (
-            i < len(timeline) and timeline[i].at_s <= world.now_s() + step + 1e-9
-        ):
-            # how much history the burn-rate windows hold when the first event lands (drills
-            # backfill it to the longest window; scenarios keep the run's own, and say so)
-            run.extra["alert_history_s"] = round(burn.history_s, 3)
+        if "alert_history_s" not in run.extra and world.now_s() + 1e-9 >= backfill_at:
+            # the windows see the steady state as far back as the longest one, as they would on
+            # a Prometheus that has been scraping the fleet for days (as drills do)
+            run.extra["alert_history_s"] = round(burn.backfill(), 3)
         while i < len(timeline) and timeline[i].at_s <= world.now_s() + 1e-9:
             for op in expand(timeline[i], world):
                 world.apply(op)
@@ -194,6 +193,20 @@ def run_scenario(
         )
     )
     return run
+
+
+def _backfill_at(timeline: list[TimelineEntry], step_s: float) -> float:
+    """When to backfill the alerts' history: at the last evaluation before the first entry.
+
+    Entries at 0 s are the state the scenario starts from (capacity already denied, a flag
+    already set): they land before the first step, so the steady state sampled after them is
+    what the alerts have been seeing for days. The first entry after 0 s is the first event,
+    and the history is backfilled from the evaluations before it; without one, as soon as there
+    are two evaluations to take a rate from. An event within the first step leaves no steady
+    state to continue, and the report says so (``alert_history_s`` 0).
+    """
+    first = next((e.at_s for e in timeline if e.at_s > 0), None)
+    return step_s if first is None else first - step_s
 
 
 def _runbook_step(step: StepRecord) -> dict[str, Any]:
