@@ -8,7 +8,8 @@ live fleet it is one of these:
 - ``ScaledClock``: the time of a fleet whose seconds run ``speed`` times faster than the wall's
   (``firedrill twin serve --speed S``), through a ``TimeMap``. A run against a twin served at
   60x speaks the twin's seconds, so its timeline, RTO terms and windows read the same as the
-  embedded run's; ``advance(s)`` sleeps ``s / speed`` wall seconds.
+  embedded run's; ``advance(s)`` sleeps ``s / speed`` wall seconds, and time stands still for
+  the control plane between two ``advance`` calls, as on the twin.
 
 ``TimeMap`` is the one place that converts: it is anchored once, from a reading of the fleet's
 own time bracketed by two wall readings (``TimeMap.anchored``), and is linear afterwards, which
@@ -108,10 +109,16 @@ class TimeMap:
 class ScaledClock:
     """The Clock port on a fleet that runs ``time_map.speed`` times the wall clock.
 
-    ``advance`` sleeps the wall time that corresponds. On a live fleet time passes by itself
-    while the control plane works, so a step computed from a reading that has since gone stale
-    can ask for a moment already past: a negative ``seconds`` sleeps nothing (the step simply
-    ran late) rather than raising.
+    The control plane observes the fleet at instants, as it does the twin, whose time stands
+    still between two ``advance`` calls: ``now_s`` is the instant the last ``advance`` woke at
+    (or the clock was made), to the millisecond, so every read of one evaluation step is of the
+    same instant (a Prometheus is queried *at* it) and an alert evaluated during the step is not
+    later than the step itself. ``live_s`` is the fleet's time now.
+
+    ``advance(s)`` sleeps until the wall reaches ``now_s + s`` (mapped), then moves ``now_s`` to
+    the instant it woke at. On a live fleet time passes by itself while the control plane works,
+    so that target may be past already: it then sleeps nothing (the step ran late) rather than
+    raising, and ``now_s`` catches up with the fleet.
     """
 
     def __init__(
@@ -124,16 +131,28 @@ class ScaledClock:
         self.time_map = time_map
         self._time = time_fn
         self._sleep = sleep
+        self._now_s = _ms(self.live_s())
+        self.max_late_s = 0.0  # the furthest past its target an ``advance`` found the fleet
+
+    def live_s(self) -> float:
+        """The fleet's time now (the wall clock's, mapped)."""
+        return self.time_map.run_s(self._time())
 
     def now_s(self) -> float:
-        return self.time_map.run_s(self._time())
+        return self._now_s
 
     def advance(self, seconds: float) -> None:
         if math.isnan(seconds):
             raise ValueError("cannot advance by NaN seconds")
-        if seconds > 0:
-            self._sleep(self.time_map.wall_s(seconds))
+        target = self._now_s + max(seconds, 0.0)
+        ahead = target - self.live_s()
+        if ahead > 0:
+            self._sleep(self.time_map.wall_s(ahead))
+        else:
+            self.max_late_s = max(self.max_late_s, -ahead)
+        self._now_s = _ms(max(target, self.live_s()))
 
-    def sleep_until(self, run_s: float) -> None:
-        """Sleep until the run's time reaches ``run_s`` (not at all if it already has)."""
-        self.advance(run_s - self.now_s())
+
+def _ms(run_s: float) -> float:
+    """An instant to the millisecond: the run's times read (and round) the same everywhere."""
+    return round(run_s, 3)

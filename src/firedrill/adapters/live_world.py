@@ -19,7 +19,7 @@ the run starts. From that one reading, a ``TimeMap``:
   back to run seconds, and query windows and steps the other way, so the drill's own rates,
   burn rates and quantiles run over twin time;
 - the control endpoint's times (the change feed, faults, replica transitions, burn-in results)
-  are twin seconds: ``offset_s`` is subtracted on the way in and added to ``since_s`` on the way out.
+  are twin seconds: ``offset_s`` is subtracted on the way in, added to ``since_s`` on the way out.
 
 The map is read once and checked, not re-read on every call: ``twin serve`` keeps its time at
 ``(wall - start) * S`` floored to its step, so a linear map is exact to one twin step plus half the
@@ -40,6 +40,7 @@ reads the fleet as it was when the run ended, not a scrape before.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -73,6 +74,7 @@ INTERVAL_WINDOW_WALL_S = 300.0  # wall seconds of samples the scrape interval is
 FRESH_INTERVALS = 3.0  # the newest sample may be this many scrape intervals old, plus slack
 FRESH_SLACK_WALL_S = 5.0
 SPEED_TOLERANCE = 0.1  # the twin may run this share off the expected speed, plus two steps
+STALE_SCRAPES = 4  # an instant read falls back on a sample up to this many scrapes old
 STEP_SLACK_S = 2.0  # twin seconds: the twin's time is floored to its step (1 s) at each reading
 
 
@@ -84,8 +86,10 @@ class LiveTiming:
     anchor_unix_s: float  # the wall's Unix second at the run's second 0
     offset_s: float  # the twin's second at the run's second 0
     anchor_uncertainty_s: float  # run seconds: half the anchor reading's round trip, scaled
-    scrape_interval_wall_s: float  # measured from the samples' timestamps
+    scrape_interval_wall_s: float  # median gap between scrapes (over the run, once settled)
     drift_s: float  # run seconds: the twin's time minus the map's at the last check
+    max_gap_wall_s: float | None = None  # the longest gap between two scrapes during the run
+    max_late_s: float = 0.0  # run seconds: how far behind the fleet a step of the run fell
 
     @property
     def resolution_s(self) -> float:
@@ -117,12 +121,11 @@ class LiveWorld:
         self.offset_s = offset_s  # the twin's seconds at the run's second 0
         self.scrape_interval_wall_s = scrape_interval_wall_s
         self.anchor_uncertainty_s = anchor_uncertainty_s
-        self.settle_timeout_wall_s = settle_timeout_wall_s or max(
-            10 * scrape_interval_wall_s, 5.0
-        )
+        self.settle_timeout_wall_s = settle_timeout_wall_s or max(10 * scrape_interval_wall_s, 5.0)
         self._time = time_fn
         self._sleep = sleep
         self.drift_s = 0.0
+        self.max_gap_wall_s: float | None = None
 
     def __repr__(self) -> str:
         return f"LiveWorld({self.control!r}, {self.signals!r}, {self.clock.time_map.speed:g}x)"
@@ -186,6 +189,7 @@ class LiveWorld:
             speed=tm.speed, anchor_unix_s=tm.anchor_unix_s, offset_s=self.offset_s,
             anchor_uncertainty_s=self.anchor_uncertainty_s,
             scrape_interval_wall_s=self.scrape_interval_wall_s, drift_s=self.drift_s,
+            max_gap_wall_s=self.max_gap_wall_s, max_late_s=self.clock.max_late_s,
         )  # fmt: skip
 
     # -- Clock ------------------------------------------------------------------------------------
@@ -198,7 +202,7 @@ class LiveWorld:
 
     def settle(self) -> None:
         """Wait until Prometheus holds a scrape taken at or after the twin's time now."""
-        target = self.now_s()
+        target = self.clock.live_s()
         deadline = self._time() + self.settle_timeout_wall_s
         newest = newest_sample_s(self.signals)
         while newest is None or newest < target:
@@ -213,6 +217,11 @@ class LiveWorld:
             self._sleep(self.scrape_interval_wall_s / 4)
             newest = newest_sample_s(self.signals)
         self.measure_drift()
+        # what the run's readings really rested on: the scrapes it saw, gaps included
+        gaps = _gaps(_probe_wall_times(self.signals, window_s=max(self.clock.live_s(), 1.0)))
+        if gaps:
+            self.scrape_interval_wall_s = statistics.median(gaps)
+            self.max_gap_wall_s = max(gaps)
 
     # -- Signals: Prometheus ----------------------------------------------------------------------
 
@@ -232,7 +241,20 @@ class LiveWorld:
     def instant(
         self, name: str, matchers: Mapping[str, str] | None = None
     ) -> tuple[float, Sequence[Labels], npt.NDArray[np.float64]]:
-        return self.signals.instant(name, matchers)
+        """The latest samples at the clock's instant (not the wall's now: every read of one
+        evaluation step sees the same scrapes).
+
+        The last sample of each series within a few scrapes (``last_over_time``), not the
+        instant selector's: a scrape that failed (slow, timed out) marks every series of the
+        target stale, and an instant read would then find the fleet empty, which a counter's
+        reader takes for a reset to zero; the previous scrape is the honest reading.
+        """
+        at_s = self.clock.now_s()
+        window_ms = max(1000, math.ceil(self.scrape_interval_wall_s * STALE_SCRAPES * 1000))
+        query = f"last_over_time({selector(name, matchers)}[{window_ms}ms])"
+        samples = self.signals.vector(query, at_s=at_s)
+        labels = [tuple((k, v) for k, v in s.labels if k != "__name__") for s in samples]
+        return at_s, labels, np.array([s.value for s in samples], dtype=np.float64)
 
     # -- Fleet and FleetHistory: the control endpoint ---------------------------------------------
 
@@ -323,21 +345,14 @@ def scrape_interval(signals: PrometheusSignals, *, now_unix_s: float) -> float:
             f"fleet's /metrics (`twin serve`, or the real exporters)?",
             url=url,
         )
-    window_s = signals.time_map.speed * INTERVAL_WINDOW_WALL_S
-    wall_times = [
-        [signals.time_map.unix_s(t) for t in times.tolist()]
-        for _, times, _ in signals.raw(selector(PROBE), window_s=window_s)
-    ]
-    longest = max(wall_times, key=len, default=[])
+    longest = _probe_wall_times(signals, window_s=signals.time_map.speed * INTERVAL_WINDOW_WALL_S)
     if len(longest) < 2:
         raise SignalsMissing(
             f"Prometheus at {url} holds {len(longest)} scrape(s) of {PROBE} in the last "
             f"{INTERVAL_WINDOW_WALL_S:g} s: wait for it to scrape the fleet at least twice",
             url=url,
         )
-    recent = longest[-21:]
-    gaps = [b - a for a, b in zip(recent, recent[1:], strict=False)]
-    interval = statistics.median(gaps)
+    interval = statistics.median(_gaps(longest[-21:]))
     age = now_unix_s - longest[-1]
     if interval <= 0 or age > FRESH_INTERVALS * interval + FRESH_SLACK_WALL_S:
         raise SignalsMissing(
@@ -360,3 +375,17 @@ def _check_speed(url: str, first: TimeMap, second: TimeMap, uncertainty_s: float
             f"{first.speed:g} it should have moved {expected:.1f} s (is it served with "
             f"--manual-clock, at another --speed, or too loaded to keep up?)"
         )
+
+
+def _probe_wall_times(signals: PrometheusSignals, *, window_s: float) -> list[float]:
+    """Wall Unix seconds of the scrapes of ``PROBE`` in the last ``window_s`` run seconds (of
+    the series scraped most often)."""
+    wall_times = [
+        [signals.time_map.unix_s(t) for t in times.tolist()]
+        for _, times, _ in signals.raw(selector(PROBE), window_s=window_s)
+    ]
+    return max(wall_times, key=len, default=[])
+
+
+def _gaps(times: Sequence[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from firedrill.drill.result import DrillReport

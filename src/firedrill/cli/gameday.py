@@ -249,8 +249,8 @@ def _print_result(r: DrillReport) -> None:
 def _print_live(timing: LiveTiming) -> None:
     """How a live run maps its time, said before it starts (it runs in wall time)."""
     err.print(
-        f"live: the fleet's time runs {timing.speed:g}x the wall clock, at "
-        f"{timing.anchor_run_s:.0f} s now (anchored to ±{timing.anchor_uncertainty_s:.2f} s); "
+        f"live: the fleet's time runs {timing.speed:g}x the wall clock; the drill starts at "
+        f"its {timing.offset_s:.0f} s (anchored to ±{timing.anchor_uncertainty_s:.2f} s); "
         f"Prometheus scrapes it every {timing.scrape_interval_wall_s:g} s, "
         f"{timing.resolution_s:g} s of its time: the readings' resolution",
         highlight=False,
@@ -417,13 +417,20 @@ def run(
         _print_result(report)
         for path in written:
             console.print(f"wrote [bold]{escape(str(path))}[/]")
-        if result.live is not None:
+        if (live := result.live) is not None:
+            gap = (
+                ""
+                if live.max_gap_wall_s is None
+                else (f", the longest gap {live.max_gap_wall_s * live.speed:.3g} s")
+            )
             console.print(
                 f"{cap / 3600:.2g} h of the live fleet's time in {result.wall_s:.2f} s wall "
-                f"({result.live.speed:g}x); the fleet's clock was {result.live.drift_s:+.1f} s "
-                f"off the run's at the end; readings known to "
-                f"{result.live.resolution_s:g} s (one scrape)",
+                f"({live.speed:g}x) from its {live.offset_s:.0f} s; the fleet's clock was "
+                f"{live.drift_s:+.1f} s off the run's at the end; a step fell at most "
+                f"{live.max_late_s:.3g} s behind it; readings known to "
+                f"{live.resolution_s:.3g} s of its time (one scrape{gap})",
                 highlight=False,
+                markup=False,
             )
         else:
             console.print(f"{cap / 3600:.2g} h simulated in {result.wall_s:.2f} s wall")
