@@ -173,8 +173,8 @@ def test_the_anchor_is_the_midpoint_of_a_reading_its_uncertainty_half_the_round_
 
 def test_the_scaled_clock_stands_still_between_advances_and_sleeps_wall_time() -> None:
     wall = Wall()
-    clock = ScaledClock(TimeMap(anchor_unix_s=T0_UNIX, speed=SPEED), time_fn=wall.time,
-                        sleep=wall.sleep)  # fmt: skip
+    clock = ScaledClock(TimeMap(anchor_unix_s=T0_UNIX, speed=SPEED), max_lag_s=30.0,
+                        time_fn=wall.time, sleep=wall.sleep)  # fmt: skip
     assert clock.now_s() == 0.0
     wall.t += 0.1  # the control plane works for 100 ms: 6 s of the fleet's time
     assert clock.now_s() == 0.0  # reads within one step are of one instant
@@ -182,14 +182,29 @@ def test_the_scaled_clock_stands_still_between_advances_and_sleeps_wall_time() -
     clock.advance(15.0)  # to 15 s: 9 s of it are left, 0.15 s of wall
     assert wall.slept == [pytest.approx(0.15)]
     assert clock.now_s() == 15.0
-    wall.t += 1.0  # a step that took 60 s of the fleet's time: the next target is past
+    wall.t += 0.5  # a step that took 30 s of the fleet's time, 15 s more than it had
     clock.advance(15.0)
     assert wall.slept == [pytest.approx(0.15)]  # nothing more slept
-    assert clock.now_s() == 75.0  # caught up with the fleet
+    assert clock.now_s() == 30.0  # late within max_lag_s: still on its instant
+    assert clock.max_late_s == pytest.approx(15.0)
+    wall.t += 1.0  # a step 60 s late, past max_lag_s: the clock catches up with the fleet
+    clock.advance(15.0)
+    assert clock.now_s() == pytest.approx(clock.live_s()) == pytest.approx(105.0)
+    assert clock.caught_up == 1
+    assert clock.max_late_s == pytest.approx(60.0)
     clock.advance(-5.0)  # a target computed from a stale reading: sleeps nothing
-    assert clock.now_s() == 75.0
+    assert clock.now_s() == pytest.approx(105.0)
     with pytest.raises(ValueError, match="NaN"):
         clock.advance(math.nan)
+
+
+def test_the_scaled_clock_starts_where_it_is_told() -> None:
+    wall = Wall(T0_UNIX + 0.01)
+    clock = ScaledClock(TimeMap(anchor_unix_s=T0_UNIX + 0.05, speed=SPEED), start_s=0.0,
+                        time_fn=wall.time, sleep=wall.sleep)  # fmt: skip
+    assert clock.now_s() == 0.0
+    clock.advance(15.0)  # from the start instant, not from the wall's now
+    assert wall.t == pytest.approx(T0_UNIX + 0.05 + 0.25)
 
 
 def test_the_scaled_clock_keeps_instants_to_the_millisecond() -> None:
@@ -239,29 +254,32 @@ def test_opening_counts_the_run_from_the_twins_now_and_reads_at_the_clocks_insta
     assert timing.speed == SPEED
     assert timing.scrape_interval_wall_s == pytest.approx(SCRAPE_S)
     assert timing.resolution_s == pytest.approx(30.0)
-    assert wall.t == pytest.approx(T0_UNIX + 9.0)  # watched the twin's speed for 1 s
-    assert timing.offset_s == twin.twin_s() == 540.0
+    # watched the twin's speed for 1 s, then started just after the next scrape (at 9.5 s)
+    assert wall.t == pytest.approx(T0_UNIX + 9.5, abs=0.03)
+    assert timing.anchor_unix_s == pytest.approx(T0_UNIX + 9.55)
+    assert timing.offset_s == pytest.approx(540.0 + 0.55 * SPEED)
     assert world.now_s() == 0.0
     # an instant read is of the clock's instant even when the wall has moved on
-    wall.t += 0.2
+    wall.t = T0_UNIX + 9.7
     at_s, labels, values = world.instant("firedrill_replicas_ready", {"cell": "use1-a"})
     _, params = prom.seen[-1]
     # the last sample within four scrapes: a failed scrape's staleness is not an empty fleet
     assert params["query"] == 'last_over_time(firedrill_replicas_ready{cell="use1-a"}[2000ms])'
-    assert float(params["time"]) == pytest.approx(T0_UNIX + 9.0)
+    assert float(params["time"]) == pytest.approx(T0_UNIX + 9.55)
     assert at_s == 0.0
     assert labels == [(("cell", "use1-a"),)]
     assert values.tolist() == [7.0]
     # the control endpoint's times are the twin's: shifted by the offset both ways
     (change,) = world.changes(since_s=60.0)
-    assert twin.since == [repr(600.0)]
-    assert change.at_s == 1000.0 - 540.0
+    assert twin.since == [repr(60.0 + timing.offset_s)]
+    assert change.at_s == pytest.approx(1000.0 - timing.offset_s)
     # a 15 s step at 60x sleeps a quarter of a wall second, less the time the step took
     world.advance(15.0)
     assert world.now_s() == 15.0
-    assert wall.t == pytest.approx(T0_UNIX + 9.25)
+    assert wall.t == pytest.approx(T0_UNIX + 9.8)
     wall.t += 0.5  # a step that took 30 s of the fleet's time, 15 s more than it had
     world.advance(15.0)
+    assert world.now_s() == 30.0  # within one scrape interval late: on its instant
     assert world.timing().max_late_s == pytest.approx(15.0)
     # settle waits for a scrape at or after the twin's now, then measures the drift
     world.settle()

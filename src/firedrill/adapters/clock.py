@@ -110,29 +110,38 @@ class ScaledClock:
     """The Clock port on a fleet that runs ``time_map.speed`` times the wall clock.
 
     The control plane observes the fleet at instants, as it does the twin, whose time stands
-    still between two ``advance`` calls: ``now_s`` is the instant the last ``advance`` woke at
-    (or the clock was made), to the millisecond, so every read of one evaluation step is of the
-    same instant (a Prometheus is queried *at* it) and an alert evaluated during the step is not
-    later than the step itself. ``live_s`` is the fleet's time now.
+    still between two ``advance`` calls: ``now_s`` is the instant ``advance`` moved to (or the
+    clock started at, ``start_s``, default the fleet's now), to the millisecond, so every read of
+    one evaluation step is of the same instant (a Prometheus is queried *at* it) and an alert
+    evaluated during the step is not later than the step itself. ``live_s`` is the fleet's time.
 
-    ``advance(s)`` sleeps until the wall reaches ``now_s + s`` (mapped), then moves ``now_s`` to
-    the instant it woke at. On a live fleet time passes by itself while the control plane works,
-    so that target may be past already: it then sleeps nothing (the step ran late) rather than
-    raising, and ``now_s`` catches up with the fleet.
+    ``advance(s)`` sleeps until the wall reaches ``now_s + s`` (mapped) and moves ``now_s`` there.
+    On a live fleet time passes by itself while the control plane works, so that instant may be
+    past already: it then sleeps nothing rather than raising. A step that ran late by at most
+    ``max_lag_s`` stays on its instant (reads of it are still of that instant; only what the step
+    applies reaches the fleet late); later than that, ``now_s`` catches up with the fleet, so a
+    control plane slower than the fleet never falls further behind. ``max_late_s`` says how late
+    a step ran at worst.
     """
 
     def __init__(
         self,
         time_map: TimeMap,
         *,
+        start_s: float | None = None,
+        max_lag_s: float = 0.0,
         time_fn: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if not (max_lag_s >= 0):
+            raise ValueError("max_lag_s is >= 0")
         self.time_map = time_map
+        self.max_lag_s = max_lag_s
         self._time = time_fn
         self._sleep = sleep
-        self._now_s = _ms(self.live_s())
-        self.max_late_s = 0.0  # the furthest past its target an ``advance`` found the fleet
+        self._now_s = _ms(self.live_s() if start_s is None else start_s)
+        self.max_late_s = 0.0  # the furthest behind the fleet an ``advance`` found a step
+        self.caught_up = 0  # steps that ran later than ``max_lag_s`` and caught up
 
     def live_s(self) -> float:
         """The fleet's time now (the wall clock's, mapped)."""
@@ -145,12 +154,17 @@ class ScaledClock:
         if math.isnan(seconds):
             raise ValueError("cannot advance by NaN seconds")
         target = self._now_s + max(seconds, 0.0)
-        ahead = target - self.live_s()
-        if ahead > 0:
-            self._sleep(self.time_map.wall_s(ahead))
+        late = self.live_s() - target
+        if late < 0:
+            self._sleep(self.time_map.wall_s(-late))
+            self._now_s = _ms(target)
+            return
+        self.max_late_s = max(self.max_late_s, late)
+        if late <= self.max_lag_s:
+            self._now_s = _ms(target)
         else:
-            self.max_late_s = max(self.max_late_s, -ahead)
-        self._now_s = _ms(max(target, self.live_s()))
+            self.caught_up += 1
+            self._now_s = _ms(self.live_s())
 
 
 def _ms(run_s: float) -> float:

@@ -74,6 +74,8 @@ INTERVAL_WINDOW_WALL_S = 300.0  # wall seconds of samples the scrape interval is
 FRESH_INTERVALS = 3.0  # the newest sample may be this many scrape intervals old, plus slack
 FRESH_SLACK_WALL_S = 5.0
 SPEED_TOLERANCE = 0.1  # the twin may run this share off the expected speed, plus two steps
+ALIGN_SHARE = 0.1  # the run starts this share of a scrape interval after a scrape ...
+ALIGN_MAX_WALL_S = 0.05  # ... but no more than this many wall seconds after it
 STALE_SCRAPES = 4  # an instant read falls back on a sample up to this many scrapes old
 STEP_SLACK_S = 2.0  # twin seconds: the twin's time is floored to its step (1 s) at each reading
 
@@ -163,15 +165,21 @@ class LiveWorld:
             sleep(watch - waited)
         second, uncertainty = TimeMap.anchored(control.now_s, speed=speed, time_fn=time_fn)
         _check_speed(control.url, first, second, first_uncertainty + uncertainty)
-        # the run's second 0 is the twin's now
-        run_map = TimeMap(anchor_unix_s=second.anchor_unix_s, anchor_run_s=0.0, speed=speed)
+        # the run's second 0 is just after a scrape: the instants that fall on scrapes read them
+        # fresh, rather than up to a whole interval late
+        start_unix = _next_scrape_unix(signals, interval, time_fn=time_fn, sleep=sleep)
+        start_unix += min(interval * ALIGN_SHARE, ALIGN_MAX_WALL_S)
+        run_map = TimeMap(anchor_unix_s=start_unix, anchor_run_s=0.0, speed=speed)
         signals.time_map = run_map
         # resampled at the scrape interval, a range query returns every scrape once
         signals.step_s = interval * speed
+        clock = ScaledClock(
+            run_map, start_s=0.0, max_lag_s=interval * speed, time_fn=time_fn, sleep=sleep
+        )
         return cls(
-            control, signals, ScaledClock(run_map, time_fn=time_fn, sleep=sleep),
-            offset_s=second.anchor_run_s, scrape_interval_wall_s=interval,
-            anchor_uncertainty_s=uncertainty, time_fn=time_fn, sleep=sleep,
+            control, signals, clock, offset_s=second.run_s(start_unix),
+            scrape_interval_wall_s=interval, anchor_uncertainty_s=uncertainty,
+            time_fn=time_fn, sleep=sleep,
         )  # fmt: skip
 
     def measure_drift(self) -> float:
@@ -321,10 +329,39 @@ class LiveWorld:
 
 def newest_sample_s(signals: PrometheusSignals) -> float | None:
     """Run seconds of the newest scrape of ``PROBE`` (``None``: no sample within lookback)."""
+    unix_s = _newest_unix(signals)
+    return None if unix_s is None else signals.time_map.run_s(unix_s)
+
+
+def _newest_unix(signals: PrometheusSignals) -> float | None:
     found = signals.vector(f"max(timestamp({PROBE}))")
     if not found or not math.isfinite(found[0].value):
         return None
-    return signals.time_map.run_s(found[0].value)
+    return found[0].value
+
+
+def _next_scrape_unix(
+    signals: PrometheusSignals,
+    interval_wall_s: float,
+    *,
+    time_fn: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> float:
+    """Wait for the next scrape of ``PROBE`` to land; its wall Unix second."""
+    before = _newest_unix(signals)
+    deadline = time_fn() + FRESH_INTERVALS * interval_wall_s + FRESH_SLACK_WALL_S
+    while True:
+        sleep(interval_wall_s / 20)
+        newest = _newest_unix(signals)
+        if newest is not None and (before is None or newest > before):
+            return newest
+        if time_fn() > deadline:
+            raise SignalsMissing(
+                f"Prometheus at {signals.url} took no new scrape of {PROBE} within "
+                f"{FRESH_INTERVALS * interval_wall_s + FRESH_SLACK_WALL_S:g} s (every "
+                f"{interval_wall_s:g} s before): it no longer scrapes the fleet",
+                url=signals.url,
+            )
 
 
 def scrape_interval(signals: PrometheusSignals, *, now_unix_s: float) -> float:
