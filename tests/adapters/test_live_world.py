@@ -96,14 +96,13 @@ class FakePrometheus:
         query = params.get("query", "")
         at = float(params.get("time", now))
         metric = {"__name__": "firedrill_replicas_ready", "cell": "use1-a"}
+        data: dict[str, Any]
         if request.url.path == "/api/v1/query" and query.startswith("last_over_time("):
             data = {"resultType": "vector", "result": [{"metric": metric, "value": [at, "7"]}]}
         elif request.url.path == "/api/v1/query" and query.endswith("ms]"):
             window = float(query.rsplit("[", 1)[1].removesuffix("ms]")) / 1000
             values = [[t, "1"] for t in self.scrapes(at) if t > at - window]
-            data: dict[str, Any] = {
-                "resultType": "matrix", "result": [{"metric": metric, "values": values}],
-            }  # fmt: skip
+            data = {"resultType": "matrix", "result": [{"metric": metric, "values": values}]}
         elif query.startswith("max(timestamp("):
             last = self.scrapes(at)
             result = [{"metric": {}, "value": [at, str(last[-1])]}] if last else []
@@ -254,18 +253,18 @@ def test_opening_counts_the_run_from_the_twins_now_and_reads_at_the_clocks_insta
     assert timing.speed == SPEED
     assert timing.scrape_interval_wall_s == pytest.approx(SCRAPE_S)
     assert timing.resolution_s == pytest.approx(30.0)
-    # watched the twin's speed for 1 s, then started just after the next scrape (at 9.5 s)
-    assert wall.t == pytest.approx(T0_UNIX + 9.5, abs=0.03)
-    assert timing.anchor_unix_s == pytest.approx(T0_UNIX + 9.55)
-    assert timing.offset_s == pytest.approx(540.0 + 0.55 * SPEED)
+    # watched the twin's speed for 1 s, then started at the twin's now
+    assert wall.t == pytest.approx(T0_UNIX + 9.0)
+    assert timing.anchor_unix_s == pytest.approx(T0_UNIX + 9.0)
+    assert timing.offset_s == 540.0
     assert world.now_s() == 0.0
     # an instant read is of the clock's instant even when the wall has moved on
-    wall.t = T0_UNIX + 9.7
+    wall.t = T0_UNIX + 9.2
     at_s, labels, values = world.instant("firedrill_replicas_ready", {"cell": "use1-a"})
     _, params = prom.seen[-1]
     # the last sample within four scrapes: a failed scrape's staleness is not an empty fleet
     assert params["query"] == 'last_over_time(firedrill_replicas_ready{cell="use1-a"}[2000ms])'
-    assert float(params["time"]) == pytest.approx(T0_UNIX + 9.55)
+    assert float(params["time"]) == pytest.approx(T0_UNIX + 9.0)
     assert at_s == 0.0
     assert labels == [(("cell", "use1-a"),)]
     assert values.tolist() == [7.0]
@@ -276,7 +275,7 @@ def test_opening_counts_the_run_from_the_twins_now_and_reads_at_the_clocks_insta
     # a 15 s step at 60x sleeps a quarter of a wall second, less the time the step took
     world.advance(15.0)
     assert world.now_s() == 15.0
-    assert wall.t == pytest.approx(T0_UNIX + 9.8)
+    assert wall.t == pytest.approx(T0_UNIX + 9.25)
     wall.t += 0.5  # a step that took 30 s of the fleet's time, 15 s more than it had
     world.advance(15.0)
     assert world.now_s() == 30.0  # within one scrape interval late: on its instant

@@ -1,12 +1,19 @@
-"""The L5 example drill on a live fleet: the same verdict as embedded, RTO terms within a scrape.
+"""The L5 example drill on a live fleet: the same verdict as embedded, RTO terms compared.
 
 Real processes on loopback, started as an operator would: ``firedrill twin serve`` accelerated
 60x on the fleet and seed the embedded run builds its twin from, a Debian ``prometheus`` scraping
 it every 0.5 s (30 s of the twin's time: the resolution of every reading), and ``gameday run
 --target --prometheus --speed 60``, whose hypothesis, stop conditions and RTO terms are read from
 Prometheus while its operations go to the twin's control API. The drill runs its full hour
-(60 s of wall time). The embedded run is the reference; the live one is compared with it term by
-term, within one scrape interval in twin seconds.
+(60 s of wall time). The embedded run is the reference.
+
+What the comparison can hold to: the terms cut by the drill's own levers (decide, shift) and the
+hydrate term within one scrape interval; the terms cut by a reading of Prometheus (detect,
+time-to-SLO) never earlier than a scrape interval before the embedded run's, and later by at most
+the observation pipeline: a scrape interval of staleness, the scrape's own duration (the twin
+renders its exposition; on a loaded machine up to another interval), the twin's 15 s recording
+interval, the 15 s evaluation step and the page's notification grouping. The embedded run
+observes with none of these; ``docs/live.md`` has the figures.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ from tests.drill.test_remote_world import L5
 SPEED = 60.0
 SCRAPE_S = 0.5  # wall seconds; 30 s of the twin's time
 RESOLUTION_S = SPEED * SCRAPE_S
+# twin seconds a reading of Prometheus may lag the embedded run's (see the module doc): a scrape
+# interval of staleness, up to another for the scrape itself, the twin's 15 s recording interval,
+# the 15 s evaluation step, and a notification group's wait
+PIPELINE_S = 4 * RESOLUTION_S
 CONTROL = re.compile(r"control API on http://127\.0\.0\.1:(\d+)/v1/")
 
 
@@ -190,6 +201,17 @@ def test_the_l5_drill_on_real_prometheus_matches_the_embedded_run(
     rows = _figures(embedded, live)
     table = "\n".join(f"  {name:40} {e!s:>12} {lv!s:>12}" for name, e, lv in rows)
     said = [line for line in output.splitlines() if "live" in line]
+    with PrometheusSignals(fleet.prometheus_url, retries=1) as prometheus:
+        scrapes = {
+            what: prometheus.vector(promql)[0].value
+            for what, promql in (
+                ("scrapes", "count_over_time(up[2m])"),
+                ("failed", "count_over_time(up[2m]) - sum_over_time(up[2m])"),
+                ("longest scrape s", "max_over_time(scrape_duration_seconds[2m])"),
+                ("median scrape s", "quantile_over_time(0.5, scrape_duration_seconds[2m])"),
+            )
+        }
+    said.append(f"prometheus: {scrapes}")
     print(f"\nL5 embedded vs live ({SPEED:g}x, scrape {SCRAPE_S} s, {wall_s:.1f} s wall)\n{table}")
     print("\n".join(said))
 
@@ -201,13 +223,14 @@ def test_the_l5_drill_on_real_prometheus_matches_the_embedded_run(
     assert [(h["clause"], h["passed"]) for h in live["hypothesis"]] == [
         (h["clause"], h["passed"]) for h in embedded["hypothesis"]
     ]
-    for key, value in embedded["rto"]["terms"].items():
-        observed = live["rto"]["terms"][key]
-        assert observed is not None, f"{key}: measured embedded ({value}), not live"
-        assert abs(observed - value) <= RESOLUTION_S, (key, value, observed, table)
-    # the total is cut by two readings of Prometheus (the page that ends detect, the clean SLO
-    # window that ends time-to-SLO), each known to a scrape; decide and shift are lever timings
-    assert abs(live["rto"]["measured_s"] - embedded["rto"]["measured_s"]) <= 2 * RESOLUTION_S
+    terms, reference = live["rto"]["terms"], embedded["rto"]["terms"]
+    for key in ("decide_s", "shift_s", "hydrate_s"):
+        assert abs(terms[key] - reference[key]) <= RESOLUTION_S, (key, table)
+    for key in ("detect_s", "time_to_slo_s"):
+        assert -RESOLUTION_S <= terms[key] - reference[key] <= PIPELINE_S, (key, table)
+    # the total is cut by those two readings
+    total = live["rto"]["measured_s"] - embedded["rto"]["measured_s"]
+    assert -2 * RESOLUTION_S <= total <= 2 * PIPELINE_S, table
     # the facts the drill judged through the control endpoint are the twin's, not Prometheus's
     observed = {h["metric"]: h["observed"] for h in live["hypothesis"]}
     assert observed["unsigned_admitted"] == 0

@@ -74,8 +74,6 @@ INTERVAL_WINDOW_WALL_S = 300.0  # wall seconds of samples the scrape interval is
 FRESH_INTERVALS = 3.0  # the newest sample may be this many scrape intervals old, plus slack
 FRESH_SLACK_WALL_S = 5.0
 SPEED_TOLERANCE = 0.1  # the twin may run this share off the expected speed, plus two steps
-ALIGN_SHARE = 0.1  # the run starts this share of a scrape interval after a scrape ...
-ALIGN_MAX_WALL_S = 0.05  # ... but no more than this many wall seconds after it
 STALE_SCRAPES = 4  # an instant read falls back on a sample up to this many scrapes old
 STEP_SLACK_S = 2.0  # twin seconds: the twin's time is floored to its step (1 s) at each reading
 
@@ -165,10 +163,8 @@ class LiveWorld:
             sleep(watch - waited)
         second, uncertainty = TimeMap.anchored(control.now_s, speed=speed, time_fn=time_fn)
         _check_speed(control.url, first, second, first_uncertainty + uncertainty)
-        # the run's second 0 is just after a scrape: the instants that fall on scrapes read them
-        # fresh, rather than up to a whole interval late
-        start_unix = _next_scrape_unix(signals, interval, time_fn=time_fn, sleep=sleep)
-        start_unix += min(interval * ALIGN_SHARE, ALIGN_MAX_WALL_S)
+        # the run's second 0 is the twin's now
+        start_unix = second.anchor_unix_s
         run_map = TimeMap(anchor_unix_s=start_unix, anchor_run_s=0.0, speed=speed)
         signals.time_map = run_map
         # resampled at the scrape interval, a range query returns every scrape once
@@ -338,30 +334,6 @@ def _newest_unix(signals: PrometheusSignals) -> float | None:
     if not found or not math.isfinite(found[0].value):
         return None
     return found[0].value
-
-
-def _next_scrape_unix(
-    signals: PrometheusSignals,
-    interval_wall_s: float,
-    *,
-    time_fn: Callable[[], float],
-    sleep: Callable[[float], None],
-) -> float:
-    """Wait for the next scrape of ``PROBE`` to land; its wall Unix second."""
-    before = _newest_unix(signals)
-    deadline = time_fn() + FRESH_INTERVALS * interval_wall_s + FRESH_SLACK_WALL_S
-    while True:
-        sleep(interval_wall_s / 20)
-        newest = _newest_unix(signals)
-        if newest is not None and (before is None or newest > before):
-            return newest
-        if time_fn() > deadline:
-            raise SignalsMissing(
-                f"Prometheus at {signals.url} took no new scrape of {PROBE} within "
-                f"{FRESH_INTERVALS * interval_wall_s + FRESH_SLACK_WALL_S:g} s (every "
-                f"{interval_wall_s:g} s before): it no longer scrapes the fleet",
-                url=signals.url,
-            )
 
 
 def scrape_interval(signals: PrometheusSignals, *, now_unix_s: float) -> float:
