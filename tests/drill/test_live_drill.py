@@ -236,3 +236,35 @@ def test_the_l5_drill_on_real_prometheus_matches_the_embedded_run(
     assert observed["unsigned_admitted"] == 0
     assert observed["survivor_digest_attested"] == 1
     assert live["reverted"]["all"] is True
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--prometheus", "http://127.0.0.1:9"], "--prometheus needs --target"),
+        (["--target", "http://127.0.0.1:9", "--speed", "60"], "it goes with --prometheus"),
+        (["--prometheus", "http://127.0.0.1:9", "--runs", "2"], "one live drill (no --runs)"),
+    ],
+)
+def test_live_options_that_do_not_go_together_are_refused_before_anything_runs(
+    tmp_path: Path, extra: list[str], said: str
+) -> None:
+    args = ["gameday", "run", str(L5), "--journal-dir", str(tmp_path / "journal"), *extra]
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    args += ["--token-file", str(token)]
+    result = CliRunner().invoke(app, args, env={"FIREDRILL_TWIN_TOKEN": "", "COLUMNS": "200"})
+    assert result.exit_code == 4, result.output
+    assert said in " ".join(result.output.split())
+    assert not list((tmp_path / "journal").glob("*.jsonl"))  # no drill was journalled
+
+
+def test_a_live_drill_names_the_twin_it_cannot_reach(tmp_path: Path) -> None:
+    twin, prometheus = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    args = ["gameday", "run", str(L5), "--journal-dir", str(tmp_path / "journal")]
+    args += ["--target", twin, "--token-file", str(token), "--prometheus", prometheus]
+    result = CliRunner().invoke(app, args, env={"FIREDRILL_TWIN_TOKEN": "", "COLUMNS": "200"})
+    assert result.exit_code == 4, result.output
+    assert f"cannot reach the twin at {twin}" in " ".join(result.output.split())
