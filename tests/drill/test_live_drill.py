@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 import yaml
@@ -44,6 +44,9 @@ from tests.adapters.test_twin_serve import (
     wait_for,
 )
 from tests.drill.test_remote_world import L5
+
+if TYPE_CHECKING:
+    from firedrill.ports import DrillWorld
 
 SPEED = 60.0
 SCRAPE_S = 0.5  # wall seconds; 30 s of the twin's time
@@ -268,3 +271,18 @@ def test_a_live_drill_names_the_twin_it_cannot_reach(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args, env={"FIREDRILL_TWIN_TOKEN": "", "COLUMNS": "200"})
     assert result.exit_code == 4, result.output
     assert f"cannot reach the twin at {twin}" in " ".join(result.output.split())
+
+
+class _LateFleet:
+    """A fleet whose time is already past the drill's first injection (only its clock is read)."""
+
+    def now_s(self) -> float:
+        return 900.0
+
+
+def test_a_fleet_already_past_the_first_injection_is_refused() -> None:
+    from firedrill.app.gameday import Refused, _check_start
+
+    spec = load_drill(L5).spec
+    with pytest.raises(Refused, match=r"already at 900 s, past the drill's first injection at 300"):
+        _check_start(cast("DrillWorld", _LateFleet()), spec, "http://127.0.0.1:9")
