@@ -3,17 +3,21 @@ fleet (control through the served twin's API, signals from a real Prometheus, th
 
 The control plane takes its world (or a factory for one) from the caller and never names an
 implementation; this module is where the CLI and its use cases pick one. It is also the static
-proof that both implement the ports a game day needs: mypy checks the assignments in
+proof that all three implement the ports a game day needs: mypy checks the assignments in
 ``_satisfies``, so a method missing on either side (or with another signature) fails the type
 check, not a drill against a served twin.
 """
 
 from __future__ import annotations
 
-from firedrill.adapters.live_world import LiveWorld
+from typing import TYPE_CHECKING
+
 from firedrill.adapters.remote_twin import RemoteTwin, load_token
 from firedrill.ports import DrillWorld, ScenarioWorld, ScenarioWorldFactory, WorldFactory
 from firedrill.twin.world import TwinWorld, embedded_world
+
+if TYPE_CHECKING:  # httpx and the Prometheus client load only for a live run
+    from firedrill.adapters.live_world import LiveWorld
 
 __all__ = ["EMBEDDED", "EMBEDDED_SCENARIO", "live", "load_token", "remote"]
 
@@ -32,6 +36,8 @@ def remote(url: str, token: str) -> DrillWorld:
 def live(url: str, token: str, prometheus_url: str, *, speed: float = 1.0) -> LiveWorld:
     """A live fleet: controlled through the twin served at ``url``, watched through the
     Prometheus at ``prometheus_url``, on the wall clock scaled by the twin's ``speed``."""
+    from firedrill.adapters.live_world import LiveWorld
+
     return LiveWorld.open(RemoteTwin(url, token), prometheus_url, speed=speed)
 
 
