@@ -12,7 +12,9 @@
     ├── OutputError            an output file or directory cannot be written
     └── SignalsError           Prometheus or Alertmanager refused a request or cannot be reached
         ├── SignalsUnavailable the server cannot be reached, timed out, or answered 5xx
-        └── BadQueryError      the server refused the query or request itself (4xx, bad_data)
+        ├── BadQueryError      the server refused the query or request itself (4xx, bad_data)
+        └── SignalsMissing     the server answers but lacks the series a run needs, or they are
+                               stale (it does not scrape the fleet the run controls)
 
 Adapters map third-party exceptions onto these and chain them with ``from exc``.
 """
@@ -120,3 +122,7 @@ class SignalsUnavailable(SignalsError):
 
 class BadQueryError(SignalsError):
     """The server refused the request itself (a bad query, 4xx): retrying will not help."""
+
+
+class SignalsMissing(SignalsError):
+    """The server answers, but the series a run reads are absent or stale (names them)."""

@@ -8,7 +8,12 @@ PromQL the port's name-and-matchers shape cannot say (a burn rate is a ratio of 
 
 Times: the port speaks seconds since the run's epoch; Prometheus speaks Unix seconds.
 ``epoch_unix_s`` maps one onto the other (0, the default, makes the run's seconds Unix seconds,
-which is what the wall clock in ``adapters/clock.py`` reads).
+which is what the wall clock in ``adapters/clock.py`` reads). A fleet whose time runs faster
+than the wall's (a twin served at ``--speed 60``) passes a ``TimeMap`` instead: query times and
+steps are converted to wall seconds on the way out, and every sample's Unix timestamp back to the
+run's seconds on the way in, so rates, windows and quantiles computed over the answers see the
+fleet's time. A sample then stands for the fleet's state at its scrape, known to one scrape
+interval (scaled: 0.5 s of wall at 60x is 30 s of the twin's time).
 
 Errors (``firedrill.errors``), always chained ``from`` the transport's exception:
 
@@ -32,6 +37,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
+from firedrill.adapters.clock import TimeMap
 from firedrill.errors import BadQueryError, SignalsUnavailable
 from firedrill.model.series import Labels, Series
 
@@ -92,6 +98,7 @@ class PrometheusSignals:
         url: str,
         *,
         epoch_unix_s: float = 0.0,
+        time_map: TimeMap | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
         backoff_s: float = 0.2,
@@ -108,7 +115,8 @@ class PrometheusSignals:
         if retries < 1 or timeout_s <= 0 or step_s <= 0:
             raise ValueError("retries >= 1, timeout_s > 0 and step_s > 0")
         self.url = url.rstrip("/")
-        self.epoch_unix_s = epoch_unix_s
+        # run seconds <-> Unix seconds; ``epoch_unix_s`` alone is the map at the wall's speed
+        self.time_map = time_map or TimeMap(anchor_unix_s=epoch_unix_s)
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -124,6 +132,11 @@ class PrometheusSignals:
 
     def __repr__(self) -> str:
         return f"PrometheusSignals({self.url!r})"
+
+    @property
+    def epoch_unix_s(self) -> float:
+        """The Unix second at which the run's time was 0."""
+        return self.time_map.epoch_unix_s
 
     def close(self) -> None:
         self._client.close()
@@ -214,7 +227,7 @@ class PrometheusSignals:
         """The instant vector ``promql`` evaluates to (now, or at run second ``at_s``)."""
         params = {"query": promql}
         if at_s is not None:
-            params["time"] = f"{self.epoch_unix_s + at_s:.3f}"
+            params["time"] = f"{self.time_map.unix_s(at_s):.3f}"
         data = self._get("/api/v1/query", params)
         try:
             kind = data["resultType"]
@@ -235,25 +248,45 @@ class PrometheusSignals:
         step = step_s or self.step_s
         # Prometheus refuses more than 11,000 points per series: widen the step instead
         step = max(step, (end_s - start_s) / MAX_POINTS)
+        tm = self.time_map
         params = {
             "query": promql,
-            "start": f"{self.epoch_unix_s + start_s:.3f}",
-            "end": f"{self.epoch_unix_s + end_s:.3f}",
-            "step": f"{step:g}",
+            "start": f"{tm.unix_s(start_s):.3f}",
+            "end": f"{tm.unix_s(end_s):.3f}",
+            "step": f"{tm.wall_s(step):.6g}",  # Prometheus steps in wall seconds
         }
-        data = self._get("/api/v1/query_range", params)
+        return self._matrix(promql, self._get("/api/v1/query_range", params))
+
+    def _matrix(
+        self, promql: str, data: Any
+    ) -> list[tuple[Labels, npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
+        """A matrix answer as (labels, run seconds, values) per series."""
         out = []
         try:
             if data["resultType"] != "matrix":
                 raise ValueError(f"expected a matrix, got {data['resultType']}")
             for r in data["result"]:
                 pairs = [_value(v) for v in r["values"]]
-                t = np.array([p[0] - self.epoch_unix_s for p in pairs], dtype=np.float64)
+                t = np.array([self.time_map.run_s(p[0]) for p in pairs], dtype=np.float64)
                 v = np.array([p[1] for p in pairs], dtype=np.float64)
                 out.append((_labels(r["metric"]), t, v))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadQueryError(f"unexpected answer to {promql!r}: {exc}", url=self.url) from exc
         return out
+
+    def raw(
+        self, series: str, *, window_s: float, at_s: float | None = None
+    ) -> list[tuple[Labels, npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
+        """The samples of a selector (``selector(...)``) as scraped, not resampled, in the
+        ``window_s`` run seconds up to ``at_s`` (now): (labels, run seconds, values) per
+        series."""
+        if not (math.isfinite(window_s) and window_s > 0):
+            raise BadQueryError(f"bad window {window_s}", url=self.url)
+        wall_ms = max(1, math.ceil(self.time_map.wall_s(window_s) * 1000))
+        params = {"query": f"{series}[{wall_ms}ms]"}
+        if at_s is not None:
+            params["time"] = f"{self.time_map.unix_s(at_s):.3f}"
+        return self._matrix(series, self._get("/api/v1/query", params))
 
     # --- the Signals port ------------------------------------------------------------------------
 
@@ -282,11 +315,11 @@ class PrometheusSignals:
         self, name: str, matchers: Mapping[str, str] | None = None
     ) -> tuple[float, Sequence[Labels], npt.NDArray[np.float64]]:
         """The latest sample of each matching series: (run seconds, labels, values)."""
-        at_unix = self._now()
-        samples = self.vector(selector(name, matchers), at_s=at_unix - self.epoch_unix_s)
+        at_s = self.time_map.run_s(self._now())
+        samples = self.vector(selector(name, matchers), at_s=at_s)
         labels = [tuple((k, v) for k, v in s.labels if k != "__name__") for s in samples]
         values = np.array([s.value for s in samples], dtype=np.float64)
-        return at_unix - self.epoch_unix_s, labels, values
+        return at_s, labels, values
 
 
 def _retry_after_s(value: str | None) -> float | None:

@@ -1,19 +1,25 @@
-"""Where a run's world is chosen: the embedded twin, or a twin served by ``twin serve``.
+"""Where a run's world is chosen: the embedded twin, a twin served by ``twin serve``, or a live
+fleet (control through the served twin's API, signals from a real Prometheus, the wall clock).
 
 The control plane takes its world (or a factory for one) from the caller and never names an
 implementation; this module is where the CLI and its use cases pick one. It is also the static
-proof that both implement the ports a game day needs: mypy checks the assignments in
+proof that all three implement the ports a game day needs: mypy checks the assignments in
 ``_satisfies``, so a method missing on either side (or with another signature) fails the type
 check, not a drill against a served twin.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from firedrill.adapters.remote_twin import RemoteTwin, load_token
 from firedrill.ports import DrillWorld, ScenarioWorld, ScenarioWorldFactory, WorldFactory
 from firedrill.twin.world import TwinWorld, embedded_world
 
-__all__ = ["EMBEDDED", "EMBEDDED_SCENARIO", "load_token", "remote"]
+if TYPE_CHECKING:  # httpx and the Prometheus client load only for a live run
+    from firedrill.adapters.live_world import LiveWorld
+
+__all__ = ["EMBEDDED", "EMBEDDED_SCENARIO", "live", "load_token", "remote"]
 
 EMBEDDED: WorldFactory = embedded_world
 """A fresh in-process twin per run (drills, sweeps, plans)."""
@@ -27,10 +33,22 @@ def remote(url: str, token: str) -> DrillWorld:
     return RemoteTwin(url, token)
 
 
-def _satisfies(embedded: TwinWorld, served: RemoteTwin) -> tuple[DrillWorld, DrillWorld]:
-    """Both twins are drill worlds, and the embedded one a scenario world (checked by mypy)."""
+def live(url: str, token: str, prometheus_url: str, *, speed: float = 1.0) -> LiveWorld:
+    """A live fleet: controlled through the twin served at ``url``, watched through the
+    Prometheus at ``prometheus_url``, on the wall clock scaled by the twin's ``speed``."""
+    from firedrill.adapters.live_world import LiveWorld
+
+    return LiveWorld.open(RemoteTwin(url, token), prometheus_url, speed=speed)
+
+
+def _satisfies(
+    embedded: TwinWorld, served: RemoteTwin, live_world: LiveWorld
+) -> tuple[DrillWorld, DrillWorld, DrillWorld]:
+    """The twins and the live fleet are drill worlds, and the embedded twin a scenario world
+    (checked by mypy)."""
     drill_world: DrillWorld = embedded
     remote_world: DrillWorld = served
+    on_live: DrillWorld = live_world
     scenario_world: ScenarioWorld = embedded
     assert scenario_world is drill_world
-    return drill_world, remote_world
+    return drill_world, remote_world, on_live

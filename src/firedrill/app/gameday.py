@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from firedrill.drill.result import DrillReport
 from firedrill.errors import FiredrillError
 
 if TYPE_CHECKING:
+    from firedrill.adapters.live_world import LiveTiming
     from firedrill.drill.recover import RecoveryReport
     from firedrill.drill.spec import DrillSpec, LoadedDrill
     from firedrill.model.journal import JournalHeader
@@ -72,6 +74,7 @@ class GamedayOutcome:
     report: DrillReport
     spec: DrillSpec
     wall_s: float  # seconds of wall clock the run itself took
+    live: LiveTiming | None = None  # how a live run's time was mapped (None: not live)
 
     @property
     def verdict(self) -> str:
@@ -187,13 +190,38 @@ def persist_drill(
             return row.id, answer
 
 
-def _world(target: str | None, token_file: Path) -> tuple[DrillWorld | None, str]:
+def _world(
+    target: str | None, token_file: Path, prometheus: str | None, speed: float | None
+) -> tuple[DrillWorld | None, str]:
     """The world the drill runs on (``None``: a fresh embedded twin) and its name."""
     if target is None:
+        if prometheus is not None:
+            raise FiredrillError(
+                "--prometheus needs --target: the signals come from Prometheus, the operations "
+                "go to the fleet's control endpoint"
+            )
         return None, EMBEDDED
-    from firedrill.adapters.worlds import load_token, remote
+    if speed is not None and prometheus is None:
+        raise FiredrillError("--speed is the live fleet's speed: it goes with --prometheus")
+    from firedrill.adapters.worlds import live, load_token, remote
 
-    return remote(target, load_token(token_file)), target
+    token = load_token(token_file)
+    if prometheus is None:
+        return remote(target, token), target
+    return live(target, token, prometheus, speed=1.0 if speed is None else speed), target
+
+
+def _check_start(world: DrillWorld, spec: DrillSpec, target: str) -> None:
+    """A drill's times count from its world's start: refuse a live fleet already past the first
+    injection (its steady state could not be checked before it)."""
+    first = min((inj.at_s for inj in spec.injections), default=None)
+    now = world.now_s()
+    if first is not None and now >= first:
+        raise Refused(
+            f"the fleet at {target} is already at {now:.0f} s, past the drill's first injection "
+            f"at {first:.0f} s: a drill counts its time from the fleet's start (serve a fresh "
+            f"twin and start the drill within {first:.0f} s of it)"
+        )
 
 
 def run_gameday(
@@ -209,12 +237,19 @@ def run_gameday(
     journal_dir: Path | None = None,
     jitter: bool = False,
     spec_path: str | None = None,
+    prometheus: str | None = None,
+    speed: float | None = None,
+    on_live: Callable[[LiveTiming], None] | None = None,
 ) -> GamedayOutcome:
     """Run one drill (L1 and up) from start to kept result.
 
     Raises ``Refused`` when it did not start (leftovers not reverted, ladder gate closed, steady
     state not holding: nothing injected) and ``FiredrillError`` for a bad target or a run that
     could not proceed. A result the store cannot keep is reported to the listener, not raised.
+
+    With ``prometheus`` (and ``target``) the fleet is live: operations go to ``target``, every
+    signal comes from that Prometheus, and time is the wall clock's scaled by ``speed``
+    (``firedrill.adapters.live_world``); ``on_live`` hears how its time was mapped before the run.
     """
     from firedrill.adapters.journal_file import Journal, default_directory
     from firedrill.adapters.worlds import EMBEDDED as EMBEDDED_WORLD
@@ -247,7 +282,16 @@ def run_gameday(
         listener.gated(answer)
         if not answer.gate.allowed:
             raise Refused(f"ladder: {answer.gate.reason} (override with a recorded reason)")
-    world, target_name = _world(target, token_file)
+    world, target_name = _world(target, token_file, prometheus, speed)
+    live_world = None
+    if prometheus is not None and world is not None:
+        from firedrill.adapters.live_world import LiveWorld
+
+        _check_start(world, spec, target_name)
+        if isinstance(world, LiveWorld):
+            live_world = world
+            if on_live is not None:
+                on_live(world.timing())
     started = datetime.now(UTC)
     run_seed = spec.seed if seed is None else seed
     journal = Journal.create(
@@ -267,6 +311,8 @@ def run_gameday(
     finally:
         journal.close()
     wall_s = time.perf_counter() - wall0
+    # with the drift measured when the run settled
+    live_timing = None if live_world is None else live_world.timing()
     typed = DrillReport.from_json(result.report)
     if spec_path is not None:
         typed = dataclasses.replace(typed, spec_path=spec_path)
@@ -282,4 +328,4 @@ def run_gameday(
             listener.store_failed(exc)
         else:
             listener.stored(result_id, kept)
-    return GamedayOutcome(report=typed, spec=spec, wall_s=wall_s)
+    return GamedayOutcome(report=typed, spec=spec, wall_s=wall_s, live=live_timing)

@@ -34,6 +34,7 @@ from firedrill.errors import FiredrillError, SpecError
 from firedrill.model.jsontypes import JsonObject
 
 if TYPE_CHECKING:
+    from firedrill.adapters.live_world import LiveTiming
     from firedrill.drill.recover import RecoveryReport
     from firedrill.drill.result import DrillReport
     from firedrill.store.ladder import LadderCheck
@@ -245,6 +246,18 @@ def _print_result(r: DrillReport) -> None:
         console.print(t)
 
 
+def _print_live(timing: LiveTiming) -> None:
+    """How a live run maps its time, said before it starts (it runs in wall time)."""
+    err.print(
+        f"live: the fleet's time runs {timing.speed:g}x the wall clock; the drill starts at "
+        f"its {timing.offset_s:.0f} s (anchored to ±{timing.anchor_uncertainty_s:.2f} s); "
+        f"Prometheus scrapes it every {timing.scrape_interval_wall_s:g} s, "
+        f"{timing.resolution_s:g} s of its time: the readings' resolution",
+        highlight=False,
+        markup=False,
+    )
+
+
 # -- commands --------------------------------------------------------------------------------------
 
 
@@ -286,6 +299,19 @@ def run(
     token_file: Annotated[
         Path, typer.Option("--token-file", help="The remote twin's control token.")
     ] = Path(".firedrill/twin-token"),
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Live: read every signal from this Prometheus (URL) scraping --target.",
+        ),
+    ] = None,
+    speed: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1, max=10_000, help="Live: the --target's speed (`twin serve --speed`; 1)."
+        ),
+    ] = None,
     journal_dir: Annotated[
         Path | None,
         typer.Option("--journal-dir", help="Drill journals (default .firedrill/journal)."),
@@ -310,7 +336,11 @@ def run(
         float, typer.Option("--min-pass-rate", help="--runs: exit 1 below this pass rate.")
     ] = 1.0,
 ) -> None:
-    """Run a game day; exit 0 passed, 1 failed, 3 aborted by a stop condition."""
+    """Run a game day; exit 0 passed, 1 failed, 3 aborted by a stop condition.
+
+    With --target and --prometheus the drill runs on a live fleet, in wall time: operations go
+    to the target, hypothesis, stop conditions and RTO terms are read from Prometheus.
+    """
     loaded = _load(drill)
     if out is not None and runs == 1:  # a sweep names its own files in OUT (summary.*)
         json_out = json_out or out / "result.json"
@@ -329,6 +359,9 @@ def run(
             _print_plan(drill_plan(spec, loaded.fleet, make_world=EMBEDDED, seed=seed))
             console.print("[green]L0 tabletop[/]: plan validated, nothing injected")
         return
+    if runs > 1 and prometheus is not None:
+        err.print("[bold red]error:[/] --prometheus runs one live drill (no --runs)")
+        raise typer.Exit(ExitCode.INPUT)
     if runs > 1:  # a sweep on embedded twins (cli.many): the summary replaces the run's outputs
         from firedrill.cli.many import run_sweep
 
@@ -359,7 +392,8 @@ def run(
                 loaded=loaded, listener=_Listener(progress, task, quiet=quiet), seed=seed,
                 run_by=run_by, db=db, override_reason=override_reason, target=target,
                 token_file=token_file, journal_dir=journal_dir, jitter=jitter,
-                spec_path=str(drill),
+                spec_path=str(drill), prometheus=prometheus, speed=speed,
+                on_live=None if quiet else _print_live,
             )  # fmt: skip
     except Refused as exc:
         err.print(f"[bold red]refused:[/] {escape(str(exc))}", highlight=False)
@@ -383,7 +417,23 @@ def run(
         _print_result(report)
         for path in written:
             console.print(f"wrote [bold]{escape(str(path))}[/]")
-        console.print(f"{cap / 3600:.2g} h simulated in {result.wall_s:.2f} s wall")
+        if (live := result.live) is not None:
+            gap = (
+                ""
+                if live.max_gap_wall_s is None
+                else (f", the longest gap {live.max_gap_wall_s * live.speed:.3g} s")
+            )
+            console.print(
+                f"{cap / 3600:.2g} h of the live fleet's time in {result.wall_s:.2f} s wall "
+                f"({live.speed:g}x) from its {live.offset_s:.0f} s; the fleet's clock was "
+                f"{live.drift_s:+.1f} s off the run's at the end; a step fell at most "
+                f"{live.max_late_s:.3g} s behind it; readings known to "
+                f"{live.resolution_s:.3g} s of its time (one scrape{gap})",
+                highlight=False,
+                markup=False,
+            )
+        else:
+            console.print(f"{cap / 3600:.2g} h simulated in {result.wall_s:.2f} s wall")
     raise typer.Exit(VERDICT_EXIT.get(result.verdict, ExitCode.INPUT))
 
 
