@@ -10,6 +10,7 @@
     ├── UnsafePathError        a file would be written through a link, or with loose modes
     ├── RemoteWorldError       a remote twin refused a request or cannot be reached
     ├── OutputError            an output file or directory cannot be written
+    ├── CalibrationError       a Prometheus window holds nothing a fleet spec can be fitted to
     └── SignalsError           Prometheus or Alertmanager refused a request or cannot be reached
         ├── SignalsUnavailable the server cannot be reached, timed out, or answered 5xx
         └── BadQueryError      the server refused the query or request itself (4xx, bad_data)
@@ -120,3 +121,7 @@ class SignalsUnavailable(SignalsError):
 
 class BadQueryError(SignalsError):
     """The server refused the request itself (a bad query, 4xx): retrying will not help."""
+
+
+class CalibrationError(FiredrillError):
+    """The window has nothing to fit: no series at all, or no kube-state-metrics topology."""
