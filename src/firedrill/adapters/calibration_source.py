@@ -1,0 +1,168 @@
+"""Read what ``twin calibrate`` fits from a real Prometheus, over its HTTP API.
+
+The fits (``firedrill.calibrate``) are pure; this adapter asks Prometheus the PromQL that shapes
+each series the way a fit takes it (sums by model and cell, rates, a histogram's increase over the
+window) and hands back ``Observations``. It reads through ``PrometheusSignals`` (retries, error
+mapping) and never writes anything.
+
+Errors: ``SignalsUnavailable`` when Prometheus cannot be reached (from the signals adapter),
+``CalibrationError`` when the window holds nothing to fit: no series at all, or no
+kube-state-metrics Deployment series (without them there is no topology to calibrate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from firedrill.adapters.prometheus import PrometheusSignals
+from firedrill.calibrate.fleet import Histogram, Observations, Sampled
+from firedrill.errors import CalibrationError
+
+RATE_WINDOW_MIN_S = 300.0  # a rate() window never shorter than five minutes
+MAX_POINTS = 11_000  # Prometheus refuses longer ranges per series
+
+
+def _duration(seconds: float) -> str:
+    return f"{max(math.ceil(seconds), 1)}s"
+
+
+class CalibrationSource:
+    """The PromQL behind each observation, against one Prometheus."""
+
+    def __init__(self, signals: PrometheusSignals) -> None:
+        self.signals = signals
+
+    def _matrix(self, promql: str, start: float, end: float, step: float) -> tuple[Sampled, ...]:
+        out = []
+        for labels, t, v in self.signals.matrix(promql, start_s=start, end_s=end, step_s=step):
+            kept = tuple((k, val) for k, val in labels if k != "__name__")
+            out.append(Sampled(kept, t, v))
+        return tuple(out)
+
+    def _instant(self, promql: str, at: float) -> tuple[Sampled, ...]:
+        out = []
+        for s in self.signals.vector(promql, at_s=at):
+            kept = tuple((k, val) for k, val in s.labels if k != "__name__")
+            out.append(Sampled(kept, np.array([at]), np.array([s.value])))
+        return tuple(out)
+
+    def _histograms(self, promql: str, at: float) -> tuple[Histogram, ...]:
+        groups: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        for s in self._instant(promql, at):
+            le = s.label("le")
+            rest = tuple((k, v) for k, v in s.labels if k != "le")
+            try:
+                bound = math.inf if le == "+Inf" else float(le)
+            except ValueError:
+                continue
+            groups.setdefault(rest, []).append((bound, float(s.values[0])))
+        out = []
+        for labels, pairs in sorted(groups.items()):
+            pairs.sort()
+            if not pairs or not math.isinf(pairs[-1][0]):
+                continue  # a histogram without its +Inf bucket has no total
+            edges = np.array([b for b, _ in pairs[:-1]])
+            cumulative = np.array([c for _, c in pairs])
+            out.append(Histogram(labels, edges, cumulative))
+        return tuple(out)
+
+    def read(self, *, end_unix_s: float, window_s: float, step_s: float) -> Observations:
+        """Every observation over [end − window, end]; raises when there is nothing to fit."""
+        if window_s <= 0 or step_s <= 0:
+            raise CalibrationError("the window and the step must be positive")
+        start = end_unix_s - window_s
+        step = max(step_s, window_s / MAX_POINTS)
+        rate_w = _duration(max(4.0 * step, RATE_WINDOW_MIN_S))
+        whole = _duration(window_s)
+        names = set(self.signals.series_names())
+
+        def m(q: str) -> tuple[Sampled, ...]:
+            return self._matrix(q, start, end_unix_s, step)
+
+        desired = m("max by (deployment, cell, region) (kube_deployment_spec_replicas)")
+        if "kube_deployment_spec_replicas" not in names or not desired:
+            raise CalibrationError(
+                f"no kube-state-metrics Deployment series (kube_deployment_spec_replicas) at "
+                f"{self.signals.url} in the window ending {end_unix_s:.0f}: topology and replica "
+                "counts come from kube-state-metrics; is it scraped, with honorLabels?"
+            )
+        requests = m(f"sum by (model_name, region) (rate(http_requests_total[{rate_w}]))")
+        if not requests:
+            raise CalibrationError(
+                f"the window [{start:.0f}, {end_unix_s:.0f}] holds no http_requests_total "
+                f"samples at {self.signals.url}: nothing to fit demand to (wrong --end or "
+                "--window, or vLLM's HTTP metrics are not scraped)"
+            )
+        nodes = m("count by (cell, region) (kube_node_info)")
+        nodes_source = "count by (cell, region) (kube_node_info)"
+        if not nodes and "firedrill_cell_nodes" in names:
+            nodes = m("max by (cell, region) (firedrill_cell_nodes)")
+            nodes_source = "firedrill_cell_nodes (firedrill's own)"
+        tpot = "vllm:time_per_output_token_seconds"
+        if f"{tpot}_sum" not in names and "vllm:inter_token_latency_seconds_sum" in names:
+            tpot = "vllm:inter_token_latency_seconds"  # the name after vLLM 0.11
+        kv = "vllm:kv_cache_usage_perc"
+        if kv not in names and "vllm:gpu_cache_usage_perc" in names:
+            kv = "vllm:gpu_cache_usage_perc"  # early V1
+        by_pool = "model_name, cell"
+        hydrate = "firedrill_hydrate_bytes_total" in names
+        return Observations(
+            start_unix_s=start,
+            end_unix_s=end_unix_s,
+            step_s=step,
+            replicas_desired=desired,
+            replicas_available=m(
+                "sum by (deployment, cell) (kube_deployment_status_replicas_available)"
+            ),
+            nodes=nodes,
+            nodes_source=nodes_source,
+            request_rate=requests,
+            running=m(f"sum by ({by_pool}) (vllm:num_requests_running)"),
+            tpot_sum_rate=m(f"sum by ({by_pool}) (rate({tpot}_sum[{rate_w}]))"),
+            tpot_count_rate=m(f"sum by ({by_pool}) (rate({tpot}_count[{rate_w}]))"),
+            kv_usage=m(f"avg by ({by_pool}) ({kv})"),
+            ttft=self._histograms(
+                "sum by (model_name, le) "
+                f"(increase(vllm:time_to_first_token_seconds_bucket[{whole}]))",
+                end_unix_s,
+            ),
+            xid=m("DCGM_FI_DEV_XID_ERRORS") if "DCGM_FI_DEV_XID_ERRORS" in names else (),
+            ecc_dbe=(
+                m("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
+                if "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in names
+                else ()
+            ),
+            hydrate_bytes=(
+                self._instant(
+                    f"sum by (region, source) (increase(firedrill_hydrate_bytes_total[{whole}]))",
+                    end_unix_s,
+                )
+                if hydrate
+                else ()
+            ),
+            hydrate_peak_bytes_per_s=(
+                self._instant(
+                    "max_over_time(sum by (region, source) "
+                    f"(rate(firedrill_hydrate_bytes_total[{rate_w}]))[{whole}:{_duration(step)}])",
+                    end_unix_s,
+                )
+                if hydrate
+                else ()
+            ),
+        )
+
+
+def read_observations(
+    url: str, *, end_unix_s: float, window_s: float, step_s: float, timeout_s: float = 30.0
+) -> Observations:
+    """Open ``url``, read the observations, close."""
+    with PrometheusSignals(url, timeout_s=timeout_s) as signals:
+        return CalibrationSource(signals).read(
+            end_unix_s=end_unix_s, window_s=window_s, step_s=step_s
+        )
+
+
+__all__: Sequence[str] = ["CalibrationSource", "read_observations"]
