@@ -83,18 +83,23 @@ class CalibrationSource:
             return self._matrix(q, start, end_unix_s, step)
 
         desired = m("max by (deployment, cell, region) (kube_deployment_spec_replicas)")
-        if "kube_deployment_spec_replicas" not in names or not desired:
+        requests = m(f"sum by (model_name, region) (rate(http_requests_total[{rate_w}]))")
+        where = f"{self.signals.url} in the window [{start:.0f}, {end_unix_s:.0f}]"
+        if not desired and not requests:
+            raise CalibrationError(
+                f"the window is empty: no kube_deployment_spec_replicas and no "
+                f"http_requests_total samples at {where} (check --end and --window)"
+            )
+        if not desired:
             raise CalibrationError(
                 f"no kube-state-metrics Deployment series (kube_deployment_spec_replicas) at "
-                f"{self.signals.url} in the window ending {end_unix_s:.0f}: topology and replica "
-                "counts come from kube-state-metrics; is it scraped, with honorLabels?"
+                f"{where}: topology and replica counts come from kube-state-metrics; is it "
+                "scraped, with honorLabels?"
             )
-        requests = m(f"sum by (model_name, region) (rate(http_requests_total[{rate_w}]))")
         if not requests:
             raise CalibrationError(
-                f"the window [{start:.0f}, {end_unix_s:.0f}] holds no http_requests_total "
-                f"samples at {self.signals.url}: nothing to fit demand to (wrong --end or "
-                "--window, or vLLM's HTTP metrics are not scraped)"
+                f"no http_requests_total samples at {where}: nothing to fit demand to "
+                "(are vLLM's HTTP metrics scraped?)"
             )
         nodes = m("count by (cell, region) (kube_node_info)")
         nodes_source = "count by (cell, region) (kube_node_info)"
@@ -114,16 +119,18 @@ class CalibrationSource:
             end_unix_s=end_unix_s,
             step_s=step,
             replicas_desired=desired,
+            # gauges averaged over the rate window, so they pair with the rates they explain
             replicas_available=m(
-                "sum by (deployment, cell) (kube_deployment_status_replicas_available)"
+                "sum by (deployment, cell) "
+                f"(avg_over_time(kube_deployment_status_replicas_available[{rate_w}]))"
             ),
             nodes=nodes,
             nodes_source=nodes_source,
             request_rate=requests,
-            running=m(f"sum by ({by_pool}) (vllm:num_requests_running)"),
+            running=m(f"sum by ({by_pool}) (avg_over_time(vllm:num_requests_running[{rate_w}]))"),
             tpot_sum_rate=m(f"sum by ({by_pool}) (rate({tpot}_sum[{rate_w}]))"),
             tpot_count_rate=m(f"sum by ({by_pool}) (rate({tpot}_count[{rate_w}]))"),
-            kv_usage=m(f"avg by ({by_pool}) ({kv})"),
+            kv_usage=m(f"avg by ({by_pool}) (avg_over_time({kv}[{rate_w}]))"),
             ttft=self._histograms(
                 "sum by (model_name, le) "
                 f"(increase(vllm:time_to_first_token_seconds_bucket[{whole}]))",
