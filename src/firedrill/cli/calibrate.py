@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from firedrill.cli.common import group
 from firedrill.errors import FiredrillError
 
 err = Console(stderr=True)
@@ -29,11 +30,9 @@ EXIT_ERROR = 4  # spec and other errors (DESIGN.md's exit codes)
 
 def register(app: typer.Typer) -> None:
     """Add ``calibrate`` to the ``twin`` group of the root app."""
-    for group in app.registered_groups:
-        if group.name == "twin" and group.typer_instance is not None:
-            group.typer_instance.command("calibrate")(calibrate)
-            return
-    raise RuntimeError("the root app has no 'twin' group to add 'calibrate' to")
+    group(app, "twin", "Run the built-in digital twin of a GPU fleet.").command("calibrate")(
+        calibrate
+    )
 
 
 def _seconds(text: str, option: str) -> float:
