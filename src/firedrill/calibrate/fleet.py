@@ -56,7 +56,11 @@ from firedrill.model.spec import (
 from firedrill.twin.serving import kv_capacity_tokens
 
 F64 = npt.NDArray[np.float64]
-ErrorKind = Literal["rel_stderr", "rel_rmse", "log_spread", "poisson_95", "exact", "none"]
+# rel_stderr: standard error over the value; abs_stderr: standard error in the value's unit;
+# log_spread: spread of the fitted points in log space; poisson_95: see low/high
+ErrorKind = Literal[
+    "rel_stderr", "abs_stderr", "rel_rmse", "log_spread", "poisson_95", "exact", "none"
+]
 
 
 @dataclass(frozen=True)
@@ -350,10 +354,9 @@ class _Build:
                         hours[region],
                         True,
                         fit.peak_hour_stderr_h,
-                        "rel_stderr",
+                        "abs_stderr",
                         fit.samples,
                         "phase of the diurnal fit",
-                        "error in hours, not relative",
                     )
                 )
                 amps.append((fit.amplitude, fit.peak_rps))
@@ -365,10 +368,10 @@ class _Build:
                         fit.amplitude,
                         True,
                         fit.amplitude_stderr,
-                        "rel_stderr",
+                        "abs_stderr",
                         fit.samples,
                         "amplitude of the diurnal fit",
-                        f"residual RMS {fit.rel_rmse:.1%} of the mean rate; error absolute",
+                        f"residual RMS {fit.rel_rmse:.1%} of the mean rate (noise, events)",
                     )
                 )
             amplitude = p.diurnal_amplitude
@@ -488,6 +491,7 @@ class _Build:
                         "rel_stderr",
                         line.samples,
                         src + " (intercept)",
+                        f"residual RMS {line.rel_rmse:.1%} of the mean step time",
                     )
                 )
                 for f in ("decode_b_s_per_token", "decode_c_s_per_seq"):

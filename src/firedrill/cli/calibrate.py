@@ -81,7 +81,7 @@ def _error(p: object) -> str:
         return f"95% [{_fmt(p.low)}, {_fmt(p.high)}]"
     if p.error is None or p.error_kind in ("none", "exact"):
         return "exact" if p.error_kind == "exact" else "-"
-    if p.error_kind == "rel_stderr" and p.unit in ("fraction", "hour UTC"):
+    if p.error_kind == "abs_stderr":
         return f"±{p.error:.3g}"
     return f"{p.error:.1%} ({p.error_kind})"
 
