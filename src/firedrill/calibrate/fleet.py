@@ -151,6 +151,18 @@ class Calibration:
         return tuple(p for p in self.parameters if not p.fitted)
 
 
+_PRODUCT_KEPT = (
+    ("noise", "kept from the base: per-minute noise is not separated from Poisson noise here"),
+    ("tokens", "kept from the base: vLLM's request_prompt_tokens histogram is not read yet"),
+    ("events", "kept from the base: a one-off spike is not part of the diurnal shape"),
+)
+
+
+def sig(x: float, digits: int = 4) -> float:
+    """``x`` to ``digits`` significant digits: no fit is better, and the YAML stays readable."""
+    return float(f"{x:.{digits}g}")
+
+
 def _kept(parameter: str, unit: str, base: float | None, source: str, note: str) -> Fitted:
     return Fitted(parameter, unit, base, None, False, None, "none", 0, source, note)
 
@@ -329,7 +341,7 @@ class _Build:
                         f"model {p.model} serves {len(siblings)} products: split by the "
                         f"base's peak shares ({share:.2f})"
                     )
-                peak[region] = fit.peak_rps * share
+                peak[region] = sig(fit.peak_rps * share)
                 self.rows.append(
                     Fitted(
                         name,
@@ -377,7 +389,7 @@ class _Build:
             amplitude = p.diurnal_amplitude
             if amps:
                 w = sum(wt for _, wt in amps)
-                amplitude = sum(a * wt for a, wt in amps) / w if w > 0 else amplitude
+                amplitude = sig(sum(a * wt for a, wt in amps) / w) if w > 0 else amplitude
                 self.rows.append(
                     Fitted(
                         f"products.{p.name}.diurnal_amplitude",
@@ -392,18 +404,8 @@ class _Build:
                         "the spec has one amplitude per product",
                     )
                 )
-            for what in ("noise", "tokens", "events"):
-                self.rows.append(
-                    _kept(
-                        f"products.{p.name}.{what}",
-                        "",
-                        None,
-                        "",
-                        "kept from the base: the series do not separate it from the diurnal "
-                        "shape (noise, events) or the real exporters' histograms used here "
-                        "do not carry it (tokens)",
-                    )
-                )
+            for what, why in _PRODUCT_KEPT:
+                self.rows.append(_kept(f"products.{p.name}.{what}", "", None, "", why))
             out.append(
                 p.model_copy(
                     update={
@@ -476,9 +478,9 @@ class _Build:
                     )
             else:
                 k = line.slope / base_slope
-                update["decode_a_s"] = max(line.intercept, 0.0)
-                update["decode_b_s_per_token"] = lat.decode_b_s_per_token * k
-                update["decode_c_s_per_seq"] = lat.decode_c_s_per_seq * k
+                update["decode_a_s"] = sig(max(line.intercept, 0.0))
+                update["decode_b_s_per_token"] = sig(lat.decode_b_s_per_token * k)
+                update["decode_c_s_per_seq"] = sig(lat.decode_c_s_per_seq * k)
                 a_err = line.intercept_stderr / line.intercept if line.intercept > 0 else None
                 self.rows.append(
                     Fitted(
@@ -550,7 +552,7 @@ class _Build:
                     )
                 )
                 continue
-            update[f] = getattr(lat, f) * fit.scale
+            update[f] = sig(getattr(lat, f) * fit.scale)
             self.rows.append(
                 Fitted(
                     f"{pre}.{f}",
@@ -563,7 +565,8 @@ class _Build:
                     fit.observations,
                     src,
                     f"{fit.edges_used} bucket edges; the base curve's shape scaled by "
-                    f"{fit.scale:.3f} (one prompt distribution fixes the level, not a:b:c); "
+                    f"{fit.scale:.3f} (one prompt distribution fixes the level, not a, b and c "
+                    "apart); "
                     f"interference x{factor:.3f} removed",
                 )
             )
@@ -685,19 +688,19 @@ class _Build:
                 out.append(f)
                 continue
             r = poisson_rate(events, node_days)
-            out.append(f.model_copy(update={"per_1000_node_days": r.per_1000_node_days}))
+            out.append(f.model_copy(update={"per_1000_node_days": sig(r.per_1000_node_days)}))
             self.rows.append(
                 Fitted(
                     label,
                     "per 1000 node-days",
                     f.per_1000_node_days,
-                    r.per_1000_node_days,
+                    sig(r.per_1000_node_days),
                     True,
                     None,
                     "poisson_95",
                     events,
                     src,
-                    f"{events} events in {node_days:,.0f} node-days; phantom XIDs of a bad "
+                    f"{events} event(s) in {node_days:,.0f} node-days; phantom XIDs of a bad "
                     "exporter version are counted too",
                     r.low,
                     r.high,
@@ -707,13 +710,15 @@ class _Build:
             if code <= 0:
                 continue
             r = poisson_rate(codes[code], node_days)
-            out.append(XidRateSpec(kind="xid", xid=code, per_1000_node_days=r.per_1000_node_days))
+            out.append(
+                XidRateSpec(kind="xid", xid=code, per_1000_node_days=sig(r.per_1000_node_days))
+            )
             self.rows.append(
                 Fitted(
                     f"faults.xid.xid{code}",
                     "per 1000 node-days",
                     None,
-                    r.per_1000_node_days,
+                    sig(r.per_1000_node_days),
                     True,
                     None,
                     "poisson_95",

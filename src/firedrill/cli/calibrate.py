@@ -23,8 +23,9 @@ from rich.table import Table
 from firedrill.cli.common import group
 from firedrill.errors import FiredrillError
 
-err = Console(stderr=True)
-console = Console()
+# emoji off: a parameter note such as "a:b:c" must print as written, not as ":b:" emoji
+err = Console(stderr=True, emoji=False)
+console = Console(emoji=False)
 EXIT_ERROR = 4  # spec and other errors (DESIGN.md's exit codes)
 
 
