@@ -24,6 +24,7 @@ its decode steps saw, and the decode fit falls apart.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,7 +47,8 @@ from firedrill.twin.run import run_twin
 from tests.adapters.test_twin_serve import free_port, get, prometheus_binary, stop_process, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SEED = 20261203
+# FIREDRILL_CALIBRATE_SEED draws another fleet (to explore; the suite runs the default)
+SEED = int(os.environ.get("FIREDRILL_CALIBRATE_SEED", "20261203"))
 HOURS = 48.0
 EPOCH_UNIX_S = 1_700_006_400.0  # 2023-11-15 00:00 UTC: a midnight, so UTC hours are the twin's
 EXPORTED = (

@@ -53,6 +53,7 @@ from firedrill.model.spec import (
     RegionSpec,
     XidRateSpec,
 )
+from firedrill.twin.faults import KIND_XID
 from firedrill.twin.serving import kv_capacity_tokens
 
 F64 = npt.NDArray[np.float64]
@@ -652,6 +653,13 @@ class _Build:
 
     # -- faults and hydrate -----------------------------------------------------------------------
     def faults(self, regions: list[RegionSpec]) -> FaultsSpec:
+        """Per-class rates from the XID codes GPUs took and the DBE counter.
+
+        One XID code can come from several classes (a double-bit ECC error shows XID 48, a
+        pending row remap XID 63, an NVLink flap XID 74, as on real GPUs): a class with its own
+        counter (DBE) is counted there and taken off its code's total, and what remains of a
+        code is split between the classes that show it in the base's proportions.
+        """
         fs = self.base.faults
         nodes = sum(p.nodes for r in regions for c in r.cells for p in c.node_pools)
         node_days = nodes * self.obs.window_s / 86_400.0
@@ -660,65 +668,98 @@ class _Build:
         for s in self.obs.xid:
             for v in count_events(s.t_unix_s, s.values, window_start_s=start, step_s=step):
                 codes[int(v)] = codes.get(int(v), 0) + 1
-        dbe = sum(
-            counter_increase(s.t_unix_s, s.values, window_start_s=start, step_s=step)
-            for s in self.obs.ecc_dbe
+        dbe = round(
+            sum(
+                counter_increase(s.t_unix_s, s.values, window_start_s=start, step_s=step)
+                for s in self.obs.ecc_dbe
+            )
         )
+        if node_days <= 0:
+            return fs
+        code_of = [f.xid if f.kind == "xid" else KIND_XID.get(f.kind, 0) for f in fs.background]
+        own: dict[int, int] = {}  # class index -> events from its own counter
+        if self.obs.ecc_dbe:
+            own.update({i: dbe for i, f in enumerate(fs.background) if f.kind == "ecc_dbe"})
         out: list[XidRateSpec] = []
-        seen_xid: set[int] = set()
-        for f in fs.background:
-            label = f"faults.{f.kind}" + (f".xid{f.xid}" if f.xid is not None else "")
-            events: int | None = None
-            src = ""
-            if f.kind == "xid" and f.xid is not None:
-                seen_xid.add(f.xid)
-                src = "DCGM_FI_DEV_XID_ERRORS (a new code on a GPU is one event)"
-                events = codes.get(f.xid, 0) if self.obs.xid else None
-            elif f.kind == "ecc_dbe":
-                src = "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)"
-                events = round(dbe) if self.obs.ecc_dbe else None
-            if events is None or node_days <= 0:
-                why = (
-                    "no per-event series from the default dcgm-exporter counters for this class"
-                    if not src
-                    else "the series is not exported (no event of any class in the window, or "
-                    "the counter is off in the exporter's CSV)"
+        for i, f in enumerate(fs.background):
+            label = f"faults.{f.kind}" + (f".xid{f.xid}" if f.kind == "xid" else "")
+            code = code_of[i] or 0
+            if i in own:
+                r = poisson_rate(own[i], node_days)
+                out.append(f.model_copy(update={"per_1000_node_days": sig(r.per_1000_node_days)}))
+                self.rows.append(
+                    Fitted(
+                        label,
+                        "per 1000 node-days",
+                        f.per_1000_node_days,
+                        sig(r.per_1000_node_days),
+                        True,
+                        None,
+                        "poisson_95",
+                        own[i],
+                        "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)",
+                        f"{own[i]} event(s) in {node_days:,.0f} node-days",
+                        r.low,
+                        r.high,
+                    )
                 )
-                self.rows.append(_kept(label, "per 1000 node-days", f.per_1000_node_days, src, why))
+                continue
+            if code <= 0 or not self.obs.xid:
+                why = (
+                    "no per-event series in dcgm-exporter's default counters for this class"
+                    if code <= 0
+                    else "no DCGM_FI_DEV_XID_ERRORS series in the window (no XID at all, or "
+                    "the exporter is not scraped)"
+                )
+                self.rows.append(_kept(label, "per 1000 node-days", f.per_1000_node_days, "", why))
                 out.append(f)
                 continue
-            r = poisson_rate(events, node_days)
-            out.append(f.model_copy(update={"per_1000_node_days": sig(r.per_1000_node_days)}))
+            sharing = [j for j, c in enumerate(code_of) if c == code and j not in own]
+            taken = sum(n for j, n in own.items() if code_of[j] == code)
+            total = max(codes.get(code, 0) - taken, 0)
+            weight = sum(fs.background[j].per_1000_node_days for j in sharing)
+            share = f.per_1000_node_days / weight if weight > 0 else 1.0 / max(len(sharing), 1)
+            r = poisson_rate(total, node_days)
+            rate = sig(r.per_1000_node_days * share)
+            note = f"{total} XID {code} event(s) in {node_days:,.0f} node-days"
+            if len(sharing) > 1:
+                kinds = ", ".join(
+                    fs.background[j].kind if fs.background[j].kind != "xid" else "xid"
+                    for j in sharing
+                )
+                note += f", shown by {len(sharing)} classes ({kinds}): split {share:.0%} here"
+            if taken:
+                note += f", less {taken} counted by their own counter"
+            note += "; phantom XIDs of a bad exporter version count too"
+            out.append(f.model_copy(update={"per_1000_node_days": rate}))
             self.rows.append(
                 Fitted(
                     label,
                     "per 1000 node-days",
                     f.per_1000_node_days,
-                    sig(r.per_1000_node_days),
+                    rate,
                     True,
                     None,
                     "poisson_95",
-                    events,
-                    src,
-                    f"{events} event(s) in {node_days:,.0f} node-days; phantom XIDs of a bad "
-                    "exporter version are counted too",
-                    r.low,
-                    r.high,
+                    total,
+                    "DCGM_FI_DEV_XID_ERRORS (a new code on a GPU is one event)",
+                    note,
+                    r.low * share,
+                    r.high * share,
                 )
             )
-        for code in sorted(set(codes) - seen_xid):
+        for code in sorted(set(codes) - {c for c in code_of if c}):
             if code <= 0:
                 continue
             r = poisson_rate(codes[code], node_days)
-            out.append(
-                XidRateSpec(kind="xid", xid=code, per_1000_node_days=sig(r.per_1000_node_days))
-            )
+            rate = sig(r.per_1000_node_days)
+            out.append(XidRateSpec(kind="xid", xid=code, per_1000_node_days=rate))
             self.rows.append(
                 Fitted(
                     f"faults.xid.xid{code}",
                     "per 1000 node-days",
                     None,
-                    sig(r.per_1000_node_days),
+                    rate,
                     True,
                     None,
                     "poisson_95",
