@@ -7,7 +7,8 @@ puts its series into a real Prometheus (Debian's ``prometheus`` on loopback), ru
 ``firedrill twin calibrate`` against it, and checks that what comes back is the truth: within 10%
 where a fit has enough data, within the exact Poisson 95% interval for a fault rate (two days of
 a small fleet see a handful of XIDs: no 10% claim can be honest there), and that the L5 example
-drill gives the same verdict on the calibrated fleet as on the true one.
+drill gives the same verdict on the calibrated fleet as on the true one (and another on the
+uncalibrated base, so that the comparison can fail).
 
 How the days get into Prometheus: **backfill, not scrape**. Scraping an accelerated twin stamps
 wall-clock times on simulated samples, so a ``rate()`` window of five simulated minutes would
@@ -299,9 +300,17 @@ def test_the_l5_drill_gives_the_same_verdict_on_the_calibrated_fleet(
     round_trip: RoundTrip,
 ) -> None:
     loaded = load_drill(EXAMPLES / "drills" / "l5-region-blackhole.yaml")
+    base = FleetSpec.model_validate(base_fleet())
     verdicts = []
-    for which, fleet in (("true", round_trip.true_fleet), ("calibrated", round_trip.calibrated)):
+    for which, fleet in (
+        ("true", round_trip.true_fleet),
+        ("calibrated", round_trip.calibrated),
+        ("uncalibrated base", base),
+    ):
         r = run_drill(loaded.spec, fleet, loaded.slo, loaded.policy, make_world=EMBEDDED).report
         verdicts.append((r["verdict"], [h["passed"] for h in r["hypothesis"]]))
         print(f"L5 on the {which} fleet: {r['verdict']}, RTO {r['rto']['measured_s']} s")
     assert verdicts[0] == verdicts[1], verdicts
+    # the comparison has teeth: the base's demand is the demo's, sized for more cells than this
+    # fleet has, and the same drill on it ends otherwise
+    assert verdicts[2] != verdicts[0], verdicts
