@@ -13,6 +13,7 @@ kube-state-metrics Deployment series (without them there is no topology to calib
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +24,10 @@ from firedrill.errors import CalibrationError
 
 RATE_WINDOW_MIN_S = 300.0  # a rate() window never shorter than five minutes
 MAX_POINTS = 11_000  # Prometheus refuses longer ranges per series
+SUBQUERY_POINTS = 200  # evaluations of the subquery that finds GPUs with events
+HOSTS_PER_QUERY = 50  # hosts (of 8 GPUs each) per range query
+# the label naming a GPU's node: dcgm-exporter's (before and after its rename), kube-state's
+HOST_LABELS = ("Hostname", "hostname", "node", "instance")
 
 
 def _duration(seconds: float) -> str:
@@ -67,6 +72,33 @@ class CalibrationSource:
             edges = np.array([b for b, _ in pairs[:-1]])
             cumulative = np.array([c for _, c in pairs])
             out.append(Histogram(labels, edges, cumulative))
+        return tuple(out)
+
+    def _gpus_with_events(
+        self, name: str, names: set[str], start: float, end: float, step: float
+    ) -> tuple[Sampled, ...]:
+        """The GPU series of ``name`` that were non-zero in the window, over the window.
+
+        A fleet has a series per GPU (80,000 at 10,000 nodes) and a handful with events: the
+        GPUs are found first by an instant subquery sampled a few hundred times over the window
+        (an XID gauge and a DBE counter stay up once set), then read host by host, in chunks, so
+        no query reaches Prometheus's per-query sample limit.
+        """
+        if name not in names:
+            return ()
+        sub = _duration(max(step, (end - start) / SUBQUERY_POINTS))
+        hits = self._instant(f"max_over_time({name}[{_duration(end - start)}:{sub}]) > 0", end)
+        if not hits:
+            return ()
+        host = next((k for k in HOST_LABELS if all(h.label(k) for h in hits)), None)
+        if host is None:  # no host label to select by: read the name whole
+            return self._matrix(name, start, end, step)
+        hosts = sorted({h.label(host) for h in hits})
+        out: list[Sampled] = []
+        for i in range(0, len(hosts), HOSTS_PER_QUERY):
+            pattern = "|".join(re.escape(h) for h in hosts[i : i + HOSTS_PER_QUERY])
+            literal = pattern.replace("\\", "\\\\").replace('"', '\\"')
+            out.extend(self._matrix(f'{name}{{{host}=~"{literal}"}}', start, end, step))
         return tuple(out)
 
     def read(self, *, end_unix_s: float, window_s: float, step_s: float) -> Observations:
@@ -136,11 +168,9 @@ class CalibrationSource:
                 f"(increase(vllm:time_to_first_token_seconds_bucket[{whole}]))",
                 end_unix_s,
             ),
-            xid=m("DCGM_FI_DEV_XID_ERRORS") if "DCGM_FI_DEV_XID_ERRORS" in names else (),
-            ecc_dbe=(
-                m("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
-                if "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in names
-                else ()
+            xid=self._gpus_with_events("DCGM_FI_DEV_XID_ERRORS", names, start, end_unix_s, step),
+            ecc_dbe=self._gpus_with_events(
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", names, start, end_unix_s, step
             ),
             hydrate_bytes=(
                 self._instant(
