@@ -24,6 +24,7 @@ from firedrill.errors import CalibrationError
 
 RATE_WINDOW_MIN_S = 300.0  # a rate() window never shorter than five minutes
 MAX_POINTS = 11_000  # Prometheus refuses longer ranges per series
+TILE_S = 3600.0  # a counter's increase over the window is summed over tiles this long
 SUBQUERY_POINTS = 200  # evaluations of the subquery that finds GPUs with events
 HOSTS_PER_QUERY = 50  # hosts (of 8 GPUs each) per range query
 # the label naming a GPU's node: dcgm-exporter's (before and after its rename), kube-state's
@@ -54,9 +55,29 @@ class CalibrationSource:
             out.append(Sampled(kept, np.array([at]), np.array([s.value])))
         return tuple(out)
 
-    def _histograms(self, promql: str, at: float) -> tuple[Histogram, ...]:
+    def _increase(
+        self, selector: str, by: str, start: float, end: float, step: float
+    ) -> tuple[Sampled, ...]:
+        """``increase`` of a counter over the window, by ``by``: one sample per group at ``end``.
+
+        Summed over tiles of an hour (or the step, if longer) rather than asked in one range
+        selector as long as the window, which would load every sample of every series at once.
+        """
+        tile = min(max(step, TILE_S), end - start)
+        totals: dict[tuple[tuple[str, str], ...], float] = {}
+        rows = self._matrix(
+            f"sum by ({by}) (increase({selector}[{_duration(tile)}]))", start + tile, end, tile
+        )
+        for row in rows:
+            totals[row.labels] = totals.get(row.labels, 0.0) + float(np.nansum(row.values))
+        return tuple(
+            Sampled(labels, np.array([end]), np.array([total]))
+            for labels, total in sorted(totals.items())
+        )
+
+    def _histograms(self, rows: tuple[Sampled, ...]) -> tuple[Histogram, ...]:
         groups: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
-        for s in self._instant(promql, at):
+        for s in rows:
             le = s.label("le")
             rest = tuple((k, v) for k, v in s.labels if k != "le")
             try:
@@ -164,18 +185,21 @@ class CalibrationSource:
             tpot_count_rate=m(f"sum by ({by_pool}) (rate({tpot}_count[{rate_w}]))"),
             kv_usage=m(f"avg by ({by_pool}) (avg_over_time({kv}[{rate_w}]))"),
             ttft=self._histograms(
-                "sum by (model_name, le) "
-                f"(increase(vllm:time_to_first_token_seconds_bucket[{whole}]))",
-                end_unix_s,
+                self._increase(
+                    "vllm:time_to_first_token_seconds_bucket",
+                    "model_name, le",
+                    start,
+                    end_unix_s,
+                    step,
+                )
             ),
             xid=self._gpus_with_events("DCGM_FI_DEV_XID_ERRORS", names, start, end_unix_s, step),
             ecc_dbe=self._gpus_with_events(
                 "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", names, start, end_unix_s, step
             ),
             hydrate_bytes=(
-                self._instant(
-                    f"sum by (region, source) (increase(firedrill_hydrate_bytes_total[{whole}]))",
-                    end_unix_s,
+                self._increase(
+                    "firedrill_hydrate_bytes_total", "region, source", start, end_unix_s, step
                 )
                 if hydrate
                 else ()
