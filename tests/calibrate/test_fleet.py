@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from firedrill.calibrate.fleet import Calibration, Observations, Sampled, calibrate_fleet
+from firedrill.errors import CalibrationError
 from firedrill.model.series import labels_of
 from firedrill.specfile import load_fleet
 
@@ -99,3 +100,21 @@ def test_an_unknown_code_is_added_as_a_class() -> None:
     added = [f for f in c.fleet.faults.background if f.kind == "xid" and f.xid == 140]
     assert len(added) == 1
     assert added[0].per_1000_node_days > 0
+
+
+def test_replicas_the_base_cannot_hold_are_a_clear_error_not_a_crash() -> None:
+    labels = labels_of(deployment="llm-70b", cell="use1-a", region="us-east-1")
+    desired = (Sampled(labels, TIMES_S.copy(), np.full(TIMES_S.shape, 1000.0)),)
+    with pytest.raises(CalibrationError, match="node pools may be smaller"):
+        _observe(replicas_desired=desired)
+
+
+def test_replicas_come_from_the_busiest_moment_of_the_window() -> None:
+    labels = labels_of(deployment="llm-70b", cell="use1-a", region="us-east-1")
+    values = np.where(TIMES_S < 3600.0, 50.0, 40.0)  # scaled in after the first hour
+    c = _observe(replicas_desired=(Sampled(labels, TIMES_S.copy(), values),))
+    cell = next(cl for r in c.fleet.regions for cl in r.cells if cl.name == "use1-a")
+    assert cell.replicas["llm-70b"] == 50
+    assert cell.replicas["llm-8b"] == 128  # not observed: the base's count, and said so
+    kept = next(p for p in c.parameters if p.parameter == "cells.use1-a.replicas.llm-8b")
+    assert not kept.fitted

@@ -32,6 +32,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import ValidationError
 
 from firedrill.calibrate.fit import (
     count_events,
@@ -41,6 +42,7 @@ from firedrill.calibrate.fit import (
     fit_prefill_scale,
     poisson_rate,
 )
+from firedrill.errors import CalibrationError
 from firedrill.model.series import Labels
 from firedrill.model.spec import (
     CellSpec,
@@ -857,13 +859,21 @@ def calibrate_fleet(base: FleetSpec, obs: Observations) -> Calibration:
     models = build.models(regions)
     faults = build.faults(regions)
     regions = build.registries(regions)
-    fleet = FleetSpec.model_validate(
-        {
-            **base.model_dump(),
-            "regions": [r.model_dump() for r in regions],
-            "products": [p.model_dump() for p in products],
-            "models": [m.model_dump() for m in models],
-            "faults": faults.model_dump(),
-        }
-    )
+    try:
+        fleet = FleetSpec.model_validate(
+            {
+                **base.model_dump(),
+                "regions": [r.model_dump() for r in regions],
+                "products": [p.model_dump() for p in products],
+                "models": [m.model_dump() for m in models],
+                "faults": faults.model_dump(),
+            }
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise CalibrationError(
+            f"the fitted values do not make a valid fleet with this base ({where}: "
+            f"{first['msg']}); the base's node pools may be smaller than the fleet the series saw"
+        ) from exc
     return Calibration(fleet, tuple(build.rows), obs.start_unix_s, obs.end_unix_s, obs.step_s)
