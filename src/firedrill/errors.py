@@ -10,6 +10,7 @@
     ├── UnsafePathError        a file would be written through a link, or with loose modes
     ├── RemoteWorldError       a remote twin refused a request or cannot be reached
     ├── OutputError            an output file or directory cannot be written
+    ├── CalibrationError       a Prometheus window holds nothing a fleet spec can be fitted to
     └── SignalsError           Prometheus or Alertmanager refused a request or cannot be reached
         ├── SignalsUnavailable the server cannot be reached, timed out, or answered 5xx
         ├── BadQueryError      the server refused the query or request itself (4xx, bad_data)
@@ -126,3 +127,7 @@ class BadQueryError(SignalsError):
 
 class SignalsMissing(SignalsError):
     """The server answers, but the series a run reads are absent or stale (names them)."""
+
+
+class CalibrationError(FiredrillError):
+    """The window has nothing to fit: no series at all, or no kube-state-metrics topology."""

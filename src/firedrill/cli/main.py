@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from firedrill import __version__
+from firedrill.cli import calibrate as calibrate_cli
 from firedrill.cli import controller, export_drill, gameday, incident, security, serve
 from firedrill.cli.common import DEFAULT_DB_URL, ExitCode, console, err
 from firedrill.errors import FiredrillError, SpecError
@@ -61,6 +62,7 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
     export_drill,  # export chaos-mesh, export fis
     serve,  # serve: Alertmanager webhook, incidents API, lever approvals
     controller,  # controller (GPU health on a cluster), conduct (a drill as a Chaos Mesh Workflow)
+    calibrate_cli,  # twin calibrate: fit a fleet spec to a real fleet's Prometheus
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

@@ -49,6 +49,16 @@ class Scrape(Traffic):
             "firedrill_offered_requests_per_second",
         ):
             s.family(name, plain)
+        # kube-state-metrics' Deployment series: one Deployment per model and cell, named after
+        # the served model (what ``twin calibrate`` reads replica counts from)
+        deployments = [
+            labels_of(
+                namespace="serving", deployment=b["model_name"], cell=b["cell"], region=b["region"]
+            )
+            for b in base
+        ]
+        s.family("kube_deployment_spec_replicas", deployments)
+        s.family("kube_deployment_status_replicas_available", deployments)
         for reason in ("stop", "length"):
             s.family(
                 f"vllm:request_success_total|{reason}",
@@ -130,6 +140,8 @@ class Scrape(Traffic):
         s.write("vllm:generation_tokens_total", k, self.generation_tokens)
         s.write("firedrill_replicas_ready", k, self.ready.astype(np.float64))
         s.write("firedrill_replicas_desired", k, self.desired.astype(np.float64))
+        s.write("kube_deployment_spec_replicas", k, self.desired.astype(np.float64))
+        s.write("kube_deployment_status_replicas_available", k, self.ready.astype(np.float64))
         s.write("firedrill_route_weight", k, self.weights.reshape(-1))
         s.write("firedrill_offered_requests_per_second", k, self.lam)
         s.write("vllm:request_success_total|stop", k, self.success_stop.astype(np.float64))
