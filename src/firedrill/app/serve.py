@@ -643,11 +643,17 @@ class IncidentService:
             touched += [
                 i for i in self.ingestor.book.incidents if i.id in before and i.status != "resolved"
             ]
-            for a in severity_group:
-                labels = _labels(a)
-                holder = next((i for i in touched if labels in i.firing), None)
-                if holder is not None:
-                    self._holder[labels] = holder.id
+            # each alert's holder is the first of ``touched`` it fires in: one set
+            # intersection per incident instead of a scan of the incidents per alert
+            left = {_labels(a) for a in severity_group}
+            for holder in touched:
+                if not left:
+                    break
+                here = left.intersection(holder.firing)
+                if here:
+                    left -= here
+                    for labels in here:
+                        self._holder[labels] = holder.id
                     self._kind[holder.id] = holder.kind
         if gone:
             n = Notification(

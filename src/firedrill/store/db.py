@@ -21,7 +21,9 @@ alert ``firedrill serve`` acknowledged must; readers such as ``audit verify`` do
 writer. (``synchronous=NORMAL`` would skip that fsync and could lose the last commits on power
 loss.) ``serve`` pays the fsync once per group of webhook calls, not per call (see
 ``app/group_commit.py`` and BENCHMARKS.md). WAL needs a local file system; the ``-wal`` and
-``-shm`` files next to the database belong to it.
+``-shm`` files next to the database belong to it. On PostgreSQL every writable connection sets
+``synchronous_commit=on`` (the server's default, which a server may have turned off): a commit
+returns once its WAL record is flushed.
 
 Read-only commands open SQLite with ``mode=ro`` and never migrate. Even so, a reader of a WAL
 database has to create the ``-shm`` file next to it; on a read-only file system (a mounted
@@ -242,6 +244,9 @@ def open_store(url: str = DEFAULT_URL, *, read_only: bool = False) -> Store:
         connect_args = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         if read_only:
             connect_args["options"] = "-c default_transaction_read_only=on"
+        else:
+            # a commit returns once its WAL is flushed, whatever the server's default says
+            connect_args["options"] = "-c synchronous_commit=on"
     try:
         engine = create_engine(parsed, connect_args=connect_args)
     except (SQLAlchemyError, ImportError) as exc:
