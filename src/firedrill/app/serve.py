@@ -14,8 +14,10 @@ are adopted back into the book with the alerts they carried and which of them st
 next alert of that cell joins the same incident. Levers proposed before a restart are matched to
 the responder's new proposals by kind, target and operations, so they are not proposed twice.
 
-Concurrency: one lock orders ingestion, ticks and lever decisions; each webhook call is one
-transaction. Time comes from the ``Clock`` port: the fleet's clock when a served twin is the
+Concurrency: one lock orders ingestion, ticks and lever decisions. Webhook calls are committed
+in groups (``ingest_many``, driven by ``app/group_commit.py``): the calls queued while the
+previous group committed go in one transaction, each routed as it would be alone, and none is
+answered before that transaction committed. Time comes from the ``Clock`` port: the fleet's clock when a served twin is the
 fleet (its change feed and the incidents share one time base), else the wall clock.
 """
 
