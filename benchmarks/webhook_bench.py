@@ -19,7 +19,7 @@ between the two so both see the same load. Prints one line per phase with the se
 seconds; the figures go in BENCHMARKS.md. Usage:
 
     python benchmarks/webhook_bench.py [--rate 2000] [--batch 50] [--seconds 5]
-        [--db sqlite,postgresql] [--compare REV] [--rounds 1]
+        [--db sqlite,postgresql] [--compare REV] [--rounds 1] [--phases sustained,10x]
 """
 
 from __future__ import annotations
@@ -310,7 +310,9 @@ def serve_once(
                 raise SystemExit(f"serve did not start:\n{log_path.read_text()}")
             time.sleep(0.2)
         sent = 0
-        for phase, rate in (("sustained", args.rate), ("10x", args.rate * 10)):
+        rates = {"sustained": args.rate, "10x": args.rate * 10}
+        for phase in args.phases.split(","):
+            rate = rates[phase]
             load = os.getloadavg()[0]
             cpu0 = cpu_s(proc.pid)
             res = run_phase(
@@ -351,6 +353,9 @@ def main() -> None:
     ap.add_argument("--db", default="sqlite", help="comma-separated: sqlite, postgresql")
     ap.add_argument("--compare", metavar="REV", help="also run git revision REV's source tree")
     ap.add_argument("--rounds", type=int, default=1, help="alternations of the two trees")
+    ap.add_argument(
+        "--phases", default="sustained,10x", help="comma-separated: sustained, 10x (in order)"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="firedrill-bench-"))
     tokens = work / "tokens.yml"
