@@ -1,10 +1,13 @@
 """The twin's /metrics, as a real vLLM / dcgm-exporter fleet writes it, checked by promtool.
 
-A scrape of the demo fleet is rendered the way ``twin serve`` renders it (``exporter_labels``
-then ``to_prometheus_text``) and held to the reference lists (``firedrill.model.exporters``):
-each exporter family's name, type, help text, labels and ``le`` boundaries. ``promtool check
-metrics`` must find nothing but what it finds in the real exporters' own output too: the colon
-of vLLM's names and dcgm-exporter's counters without ``_total``.
+A scrape of the demo fleet (inference and training JobSets) and one of the prefill/decode fleet
+are rendered the way ``twin serve`` renders them (``exporter_labels`` then
+``to_prometheus_text``), after operations that make every sparse family appear too (each DCGM
+field, a thermal GPU, a quarantine taint, a cordon, a node label): every family the twin writes
+is in them. They are held to the reference lists (``firedrill.model.exporters``): each exporter
+family's name, type, help text, labels and ``le`` boundaries. ``promtool check metrics`` must
+find nothing but what it finds in the real exporters' own output too (the colon of vLLM's names
+and dcgm-exporter's counters without ``_total``): every firedrill family is clean.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
 
+from firedrill.model import operations as ops
 from firedrill.model.exporters import (
     FIREDRILL_TARGET_LABELS,
     KUBE_STATE_METRICS,
@@ -32,6 +36,8 @@ from firedrill.model.series import Series, labels_of
 from firedrill.specfile import load_fleet
 from firedrill.twin.engine import Twin
 from firedrill.twin.exposition import exporter_labels, to_openmetrics, to_prometheus_text
+from firedrill.twin.operations import QUARANTINE_TAINT
+from firedrill.twin.remediation import DCGM_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG: dict[str, MetricFamily] = {
@@ -39,27 +45,36 @@ CATALOG: dict[str, MetricFamily] = {
     for cat in (vllm_catalog("0.11.0"), dcgm_catalog("4.5.3-4.8.2"), KUBE_STATE_METRICS)
     for f in cat.families
 }
-# What promtool's linter says of the real exporters' own names, and of three twin-only series
-# that count GPU-hours (a cost, not a duration).
+# What promtool's linter says of the real exporters' own names; firedrill's own get nothing.
 ALLOWED_LINT = (
     (re.compile(r"^vllm:"), "metric names should not contain ':'"),
-    (re.compile(r"^DCGM_FI_DEV_(PCIE_REPLAY_COUNTER|ECC_DBE_VOL_TOTAL)$"), 'should have "_total"'),
+    (
+        re.compile(r"^DCGM_FI_DEV_(PCIE_REPLAY_COUNTER|ECC_DBE_VOL_TOTAL|POWER_VIOLATION)$"),
+        'should have "_total"',
+    ),
     (re.compile(r"^DCGM_FI_DEV_PCIE_REPLAY_COUNTER$"), "should not include type 'counter'"),
-    (re.compile(r"^firedrill_jobset_gpu_hours_"), 'use base unit "seconds" instead of "hours"'),
 )
+FLEETS = ("examples/fleet.yaml", "examples/fleet-pd.yaml")
 
 
-def _gpu_series(name: str, value: float) -> Series:
-    # As the engine writes DCGM fields (its _gpu_labels): sparse, only once a field is set.
-    labels = labels_of(Hostname="use1-a-h100-0001", gpu="3", cell="use1-a", region="us-east-1")
-    return Series(name, labels, np.array([0.0, 15.0]), np.array([0.0, value]))
+def _sparse_families_appear(twin: Twin) -> None:
+    """Operations after which the families written only on an event have a series."""
+    node = twin.nodes[0].name
+    for fid in DCGM_NAMES:
+        twin.apply(ops.InjectDcgmField(node, 3, fid, 1.0))
+    twin.apply(ops.InjectThermal(node, 2))
+    twin.apply(ops.Taint(node, QUARANTINE_TAINT, "xid79", "NoSchedule"))
+    twin.apply(ops.Cordon(twin.nodes[1].name))
+    twin.apply(ops.Label(twin.nodes[2].name, "gpu.corp/burn-in", "passed"))
 
 
-@pytest.fixture(scope="module")
-def scrape() -> str:
-    spec = load_fleet(ROOT / "examples/fleet.yaml")
+def _scrape(fleet: str) -> tuple[str, set[str]]:
+    """One scrape of ``fleet`` after 5 minutes, and the name of every family the twin wrote."""
+    spec = load_fleet(ROOT / fleet)
     twin = Twin(spec, 0, hours_hint=1.0)
-    for _ in range(round(300 / spec.dt_s)):
+    for k in range(round(300 / spec.dt_s)):
+        if k == 10:
+            _sparse_families_appear(twin)
         twin.step()
     t = twin.store.times[-1]
     series = [
@@ -67,21 +82,48 @@ def scrape() -> str:
         for name in twin.series_names()
         for s in twin.query(name, start_s=t, end_s=t)
     ]
-    series += [
-        _gpu_series("DCGM_FI_DEV_XID_ERRORS", 79.0),
-        _gpu_series("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 5000.0),
-        _gpu_series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1.0),
-        _gpu_series("DCGM_FI_DEV_GPU_TEMP", 92.0),
-    ]
-    return to_prometheus_text(exporter_labels(series))
+    written = {k.split("|", 1)[0] for k in twin.store.families} | set(twin.store.sparse)
+    return to_prometheus_text(exporter_labels(series)), written
 
 
-def test_promtool_check_metrics_finds_only_what_the_real_exporters_get(scrape: str) -> None:
+@pytest.fixture(scope="module")
+def scrapes() -> dict[str, tuple[str, set[str]]]:
+    return {fleet: _scrape(fleet) for fleet in FLEETS}
+
+
+@pytest.fixture(scope="module")
+def scrape(scrapes: dict[str, tuple[str, set[str]]]) -> str:
+    return scrapes[FLEETS[0]][0]
+
+
+def test_every_family_the_twin_writes_is_in_a_scrape(
+    scrapes: dict[str, tuple[str, set[str]]],
+) -> None:
+    exposed: set[str] = set()
+    for text, written in scrapes.values():
+        names = set(_families(text))
+        exposed |= names
+        assert {re.sub(r"_(total|bucket|count|sum)$", "", w) for w in written} <= names
+    # the families that exist only on some fleets or after an event are among them
+    assert set(DCGM_NAMES.values()) <= exposed
+    assert {"kube_node_spec_taint", "kube_node_spec_unschedulable", "kube_node_labels"} <= exposed
+    assert {"gpu_quarantine_actions", "firedrill_pd_replicas", "kueue_pending_workloads"} <= exposed
+    assert any(n.startswith("firedrill_jobset_") and "gpu_seconds" in n for n in exposed)
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_promtool_check_metrics_finds_only_what_the_real_exporters_get(
+    scrapes: dict[str, tuple[str, set[str]]], fleet: str
+) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool not found; install the Debian package prometheus", pytrace=False)
     result = subprocess.run(
-        [promtool, "check", "metrics"], input=scrape, capture_output=True, text=True, timeout=120
+        [promtool, "check", "metrics"],
+        input=scrapes[fleet][0],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     findings = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     assert findings, "promtool found nothing at all: was the exposition empty?"
@@ -91,6 +133,7 @@ def test_promtool_check_metrics_finds_only_what_the_real_exporters_get(scrape: s
         if not any(pat.search(name) and msg in problem for pat, msg in ALLOWED_LINT):
             unexpected.append(line)
     assert unexpected == []
+    assert not any(line.startswith(("firedrill_", "gpu_", "kube")) for line in findings)
     assert not any("no help text" in line for line in findings)
 
 

@@ -14,8 +14,10 @@ are adopted back into the book with the alerts they carried and which of them st
 next alert of that cell joins the same incident. Levers proposed before a restart are matched to
 the responder's new proposals by kind, target and operations, so they are not proposed twice.
 
-Concurrency: one lock orders ingestion, ticks and lever decisions; each webhook call is one
-transaction. Time comes from the ``Clock`` port: the fleet's clock when a served twin is the
+Concurrency: one lock orders ingestion, ticks and lever decisions. Webhook calls are committed
+in groups (``ingest_many``, driven by ``app/group_commit.py``): the calls queued while the
+previous group committed go in one transaction, each routed as it would be alone, and none is
+answered before that transaction committed. Time comes from the ``Clock`` port: the fleet's clock when a served twin is the
 fleet (its change feed and the incidents share one time base), else the wall clock.
 """
 
@@ -318,7 +320,7 @@ def _proposal_key(book_cell: str, entry: LeverJournalEntry) -> str:
 
 
 def _labels(alert: WebhookAlert) -> Labels:
-    return tuple(sorted(alert.labels.items()))
+    return alert.label_pairs
 
 
 def _receiver(labels: Mapping[str, str]) -> str:
@@ -530,9 +532,13 @@ class IncidentService:
 
     def ingest(self, payload: WebhookPayload) -> IngestResult:
         """One webhook call: keep each new alert event once, route it, write what changed."""
-        opened: list[str] = []
-        joined: list[str] = []
-        resolved: list[str] = []
+        return self.ingest_many([payload])[0]
+
+    def ingest_many(self, payloads: Sequence[WebhookPayload]) -> list[IngestResult]:
+        """Several webhook calls in one transaction (a group commit): each routed as ``ingest``
+        routes it, in order, with one duplicate check and one INSERT of the received alerts for
+        all. All of them are stored, or (on an error) none and the book is rebuilt."""
+        results: list[IngestResult] = []
         events: list[tuple[EventType, str | None, dict[str, Any]]] = []
         with self.lock:
             if not self.ready and self._started:
@@ -540,55 +546,69 @@ class IncidentService:
             if not self.ready:
                 raise ServeError("not ready: open incidents are being restored", status=503)
             now = self._now()
-            with self.store.session() as s:
-                known = received.seen(s, (a.key for a in payload.alerts))
-                fresh: dict[tuple[str, str, str], WebhookAlert] = {}
-                for a in payload.alerts:
-                    if a.key not in known:
-                        fresh.setdefault(a.key, a)
-                groups: dict[tuple[str, str], list[WebhookAlert]] = {}
-                for a in fresh.values():
-                    groups.setdefault((a.labels["cell"], a.labels["alertname"]), []).append(a)
-                try:
-                    for (cell, name), group in groups.items():
-                        self._notify(s, cell, name, group, now, opened, joined)
-                    rows = []
-                    for a in fresh.values():
-                        holder = self._holder.get(_labels(a))
-                        rows.append(
-                            {
-                                "fingerprint": a.fingerprint,
-                                "starts_at": a.starts_at_key,
-                                "status": a.status,
-                                "labels": a.labels,
-                                "receiver": payload.receiver,
-                                "at_s": now,
-                                "incident_id": None
-                                if holder is None
-                                else self.ingestor.store_id(holder),
-                            }
-                        )
+            try:
+                with self.store.session() as s:
+                    known = received.seen(s, (a.key for p in payloads for a in p.alerts))
+                    rows: list[dict[str, object]] = []
+                    for payload in payloads:
+                        results.append(self._route(s, payload, now, known, rows, events))
                     received.record_many(s, rows)
-                    for book_id in self._resolvable():
-                        sid = self.ingestor.store_id(book_id)
-                        self.ingestor.resolve(s, sid, now)
-                        resolved.append(sid)
-                except BaseException:
-                    s.rollback()
-                    self._recover()
-                    raise
-            for opened_id in dict.fromkeys(opened):
-                events.append(("incident.opened", opened_id, {"at_s": now}))
-            for changed_id in dict.fromkeys(joined + resolved):
-                if changed_id not in opened:
-                    events.append(("incident.updated", changed_id, {"at_s": now}))
+            except BaseException:
+                self._recover()  # the session rolled back: the book is ahead of the store
+                raise
         for kind, subject, data in events:
             self._emit(kind, subject, data)
-        dupes = len(payload.alerts) - len(fresh)
+        return results
+
+    def _route(
+        self,
+        s: Any,
+        payload: WebhookPayload,
+        now: float,
+        known: set[received.Key],
+        rows: list[dict[str, object]],
+        events: list[tuple[EventType, str | None, dict[str, Any]]],
+    ) -> IngestResult:
+        """One call's new alerts through the book; their received rows are added to ``rows``."""
+        opened: list[str] = []
+        joined: list[str] = []
+        resolved: list[str] = []
+        fresh: dict[tuple[str, str, str], WebhookAlert] = {}
+        for a in payload.alerts:
+            if a.key not in known:
+                fresh.setdefault(a.key, a)
+        known.update(fresh)  # a later call of the same commit finds them kept
+        groups: dict[tuple[str, str], list[WebhookAlert]] = {}
+        for a in fresh.values():
+            groups.setdefault((a.labels["cell"], a.labels["alertname"]), []).append(a)
+        for (cell, name), group in groups.items():
+            self._notify(s, cell, name, group, now, opened, joined)
+        for a in fresh.values():
+            holder = self._holder.get(_labels(a))
+            rows.append(
+                {
+                    "fingerprint": a.fingerprint,
+                    "starts_at": a.starts_at_key,
+                    "status": a.status,
+                    "labels": a.labels,
+                    "receiver": payload.receiver,
+                    "at_s": now,
+                    "incident_id": None if holder is None else self.ingestor.store_id(holder),
+                }
+            )
+        for book_id in self._resolvable():
+            sid = self.ingestor.store_id(book_id)
+            self.ingestor.resolve(s, sid, now)
+            resolved.append(sid)
+        for opened_id in dict.fromkeys(opened):
+            events.append(("incident.opened", opened_id, {"at_s": now}))
+        for changed_id in dict.fromkeys(joined + resolved):
+            if changed_id not in opened:
+                events.append(("incident.updated", changed_id, {"at_s": now}))
         return IngestResult(
             received=len(payload.alerts),
             new=len(fresh),
-            duplicates=dupes,
+            duplicates=len(payload.alerts) - len(fresh),
             opened=list(dict.fromkeys(opened)),
             joined=list(dict.fromkeys(joined)),
             resolved=resolved,
@@ -625,11 +645,17 @@ class IncidentService:
             touched += [
                 i for i in self.ingestor.book.incidents if i.id in before and i.status != "resolved"
             ]
-            for a in severity_group:
-                labels = _labels(a)
-                holder = next((i for i in touched if labels in i.firing), None)
-                if holder is not None:
-                    self._holder[labels] = holder.id
+            # each alert's holder is the first of ``touched`` it fires in: one set
+            # intersection per incident instead of a scan of the incidents per alert
+            left = {_labels(a) for a in severity_group}
+            for holder in touched:
+                if not left:
+                    break
+                here = left.intersection(holder.firing)
+                if here:
+                    left -= here
+                    for labels in here:
+                        self._holder[labels] = holder.id
                     self._kind[holder.id] = holder.kind
         if gone:
             n = Notification(

@@ -10,6 +10,7 @@ whole with the path of the bad field, and nothing of it is stored.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -65,15 +66,21 @@ class WebhookAlert(BaseModel):
             raise ValueError("startsAt is before the year 2000: not a firing time")
         return value
 
-    @property
+    # Computed once per alert (the model is frozen): ingestion asks for them several times.
+    @cached_property
     def starts_at_key(self) -> str:
         """``startsAt`` normalised to UTC ISO 8601: the same instant always gives the same text."""
         return self.startsAt.astimezone(UTC).isoformat(timespec="microseconds")
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, str, str]:
         """What identifies this event: (fingerprint, startsAt, status)."""
         return (self.fingerprint, self.starts_at_key, self.status)
+
+    @cached_property
+    def label_pairs(self) -> tuple[tuple[str, str], ...]:
+        """The labels as sorted (name, value) pairs: how the incident book keys an alert."""
+        return tuple(sorted(self.labels.items()))
 
 
 class WebhookPayload(BaseModel):

@@ -15,11 +15,15 @@ the engine turns that off and issues the ``BEGIN`` itself: ``BEGIN IMMEDIATE``, 
 write lock up front. SQLite has one writer at a time anyway; taking the lock first means a second
 writer waits for it (up to ``SQLITE_BUSY_TIMEOUT_S``) instead of failing half-way when it tries to
 upgrade a read lock. Foreign keys are switched on for every connection (SQLite leaves them off).
-A writable store runs in WAL mode with ``synchronous=NORMAL``: a commit appends to the write-ahead
-log without waiting for the disk (a power cut may lose the last commits, never corrupt the file),
-and readers such as ``audit verify`` do not block the writer. That makes a transaction per alert
-affordable (see BENCHMARKS.md). WAL needs a local file system; the ``-wal`` and ``-shm`` files
-next to the database belong to it.
+A writable store runs in WAL mode with ``synchronous=FULL``: a commit returns only once the
+write-ahead log is on disk (fsync), so what the store said it kept survives a power cut, as an
+alert ``firedrill serve`` acknowledged must; readers such as ``audit verify`` do not block the
+writer. (``synchronous=NORMAL`` would skip that fsync and could lose the last commits on power
+loss.) ``serve`` pays the fsync once per group of webhook calls, not per call (see
+``app/group_commit.py`` and BENCHMARKS.md). WAL needs a local file system; the ``-wal`` and
+``-shm`` files next to the database belong to it. On PostgreSQL every writable connection sets
+``synchronous_commit=on`` (the server's default, which a server may have turned off): a commit
+returns once its WAL record is flushed.
 
 Read-only commands open SQLite with ``mode=ro`` and never migrate. Even so, a reader of a WAL
 database has to create the ``-shm`` file next to it; on a read-only file system (a mounted
@@ -240,6 +244,9 @@ def open_store(url: str = DEFAULT_URL, *, read_only: bool = False) -> Store:
         connect_args = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         if read_only:
             connect_args["options"] = "-c default_transaction_read_only=on"
+        else:
+            # a commit returns once its WAL is flushed, whatever the server's default says
+            connect_args["options"] = "-c synchronous_commit=on"
     try:
         engine = create_engine(parsed, connect_args=connect_args)
     except (SQLAlchemyError, ImportError) as exc:
@@ -276,7 +283,7 @@ def _sqlite_transactions(engine: Engine, *, read_only: bool) -> None:
         cursor.execute("PRAGMA foreign_keys = ON")
         if not read_only:
             cursor.execute("PRAGMA journal_mode = WAL")  # persistent: stays with the file
-            cursor.execute("PRAGMA synchronous = NORMAL")  # per connection
+            cursor.execute("PRAGMA synchronous = FULL")  # per connection: fsync every commit
         cursor.close()
 
     @event.listens_for(engine, "begin")

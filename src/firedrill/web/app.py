@@ -21,8 +21,12 @@ Routes (all under ``/api/v1`` need a bearer token; see ``web/auth.py``):
 
 Limits: request bodies over ``max_body_bytes`` get 413; a client that takes longer than
 ``body_timeout_s`` to send its body gets 408; when more than ``max_pending`` webhook calls are
-waiting for the ingestion lock, the next ones get 503 with ``Retry-After`` (Alertmanager retries
+waiting for their commit, the next ones get 503 with ``Retry-After`` (Alertmanager retries
 a 5xx; nothing is lost, nothing is half-stored).
+
+Webhook calls are validated on the event loop (a bad one gets its 4xx before it is queued), then
+committed by one writer in groups (``app/group_commit.py``): the 2xx goes out once the call's
+group is committed, never before.
 """
 
 import asyncio
@@ -50,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from firedrill import __version__
+from firedrill.app.group_commit import GroupCommit
 from firedrill.app.serve import (
     BreakGlassRead,
     IncidentDetail,
@@ -88,7 +93,7 @@ class WebSettings:
     tokens: Tokens
     max_body_bytes: int = 1 << 20  # 1 MiB: about 1,000 alerts
     body_timeout_s: float = 10.0  # a client sending its body slower than this gets 408
-    max_pending: int = 64  # webhook calls waiting for the ingestion lock before 503
+    max_pending: int = 64  # webhook calls waiting for their commit before 503
     tick_s: float = 2.0  # responder evaluation period (wall seconds); 0: never
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -279,6 +284,7 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
     pending = 0
     pending_lock = threading.Lock()
     stop = threading.Event()
+    writer: GroupCommit[IngestResult] = GroupCommit(service)
     prior_sink = service._emit
 
     def sink(kind: str, incident: str | None, data: Any) -> None:
@@ -302,6 +308,7 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(service.start)
+        writer.start()
         worker = None
         if settings.tick_s > 0:
             worker = threading.Thread(target=loop, name="firedrill-responder", daemon=True)
@@ -310,6 +317,7 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
             yield
         finally:
             stop.set()
+            await run_in_threadpool(writer.stop)
             if worker is not None:
                 worker.join(timeout=30)
 
@@ -430,7 +438,7 @@ def create_app(settings: WebSettings, service: IncidentService) -> FastAPI:
             pending += 1
             metrics.pending.set(pending)
         try:
-            result = await run_in_threadpool(service.ingest, payload)
+            result = await asyncio.wrap_future(writer.submit(payload))
         finally:
             with pending_lock:
                 pending -= 1
