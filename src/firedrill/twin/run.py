@@ -28,13 +28,18 @@ def run_twin(
     progress: ProgressFn | None = None,
     progress_every_s: float = 600.0,
     advance: Callable[[Twin, float], None] | None = None,
+    prepare: Callable[[Twin], None] | None = None,
 ) -> Twin:
     """Run the twin for ``hours`` simulated hours; report progress (simulated seconds done).
 
     ``advance(twin, seconds)`` replaces ``twin.run_for`` when a caller drives something on the
-    same clock (detection evaluates after every scrape).
+    same clock (detection evaluates after every scrape). ``prepare(twin)`` sees the twin built
+    and before its first step: it may check what the twin will record and narrow it
+    (``twin.store.restrict``), or raise to run nothing.
     """
     twin = Twin(spec, seed, record=record, hours_hint=hours)
+    if prepare is not None:
+        prepare(twin)
     step = advance or (lambda tw, s: tw.run_for(s))
     total = hours * 3600.0
     done = 0.0
