@@ -234,11 +234,13 @@ def test_the_store_keeps_exact_float32_and_widens_a_family_that_is_not() -> None
     labels = [labels_of(i=str(i)) for i in range(3)]
     store.family("counts_total", labels)
     store.family("ratio", labels)
+    store.family("zero", labels[:1])
     n = BLOCK_SCRAPES * 3 + 5
     for k in range(n):
         store.begin_scrape(15.0 * k)
-        store.write("counts_total", k, np.asarray([k, 2**24 - 1, 0.5]))
+        store.write("counts_total", k, np.asarray([k, 2**40 + 3 * k, 0.5]))
         store.write("ratio", k, np.asarray([0.1 * k, 1 / 3, np.nan]))
+        store.write("zero", k, np.asarray([-0.0 if k % 2 else 0.0]))
         if k == BLOCK_SCRAPES + 2:  # a family registered mid-run, zero before it
             store.family("late_total", labels[:1])
             store.fill("late_total", 0.0, until_k=k)
@@ -246,10 +248,12 @@ def test_the_store_keeps_exact_float32_and_widens_a_family_that_is_not() -> None
             store.write("late_total", k, np.asarray([1.0]))
     assert store.families["counts_total"].rows.dtype == np.float32
     assert store.families["ratio"].rows.dtype == np.float64
+    zero = store.query("zero", start_s=0, end_s=1e9)[0].values
+    assert np.signbit(zero).tolist() == [k % 2 == 1 for k in range(n)]  # -0.0 stays -0.0
     [c0, c1, c2] = store.query("counts_total", start_s=0, end_s=1e9)
     assert c0.values.dtype == np.float64
     assert c0.values.tolist() == list(map(float, range(n)))
-    assert set(c1.values.tolist()) == {2.0**24 - 1}
+    assert c1.values.tolist() == [2.0**40 + 3 * k for k in range(n)]  # float32 offsets
     assert set(c2.values.tolist()) == {0.5}
     ratio = store.query("ratio", {"i": "0"}, start_s=0, end_s=1e9)[0].values
     assert ratio.tolist() == [0.1 * k for k in range(n)]

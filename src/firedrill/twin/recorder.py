@@ -11,17 +11,18 @@ Two kinds of storage, because a fleet has two kinds of series:
 
 A day of a 10,000-node fleet is some 22,000 dense columns over 5,761 scrapes, so how a dense row
 is kept decides the run's memory. Scrapes land in a float64 block of ``BLOCK_SCRAPES`` rows; a
-full block moves into the family's column array as float32 when every value in it survives the
-round trip exactly (bucket and request counts below 2**24, ratios that are float32 already), and
-the family turns float64 for good the first time one does not. Reads always return float64, so
-what a query sees is bit for bit what was written; the long array is allocated, not touched, so
-memory grows with the run instead of being committed for the whole hint up front. A store may
-also be told to keep only some families (``restrict``): an export that names its families then
-does not pay to record the others.
+full block moves into the family's column array as float32 offsets from the block's first row
+when every value comes back bit for bit (counters: a block's increase is small even when the
+count is past 2**24; gauges that float32 holds), and the family turns float64 for good the first
+time one does not. Reads always return float64, so what a query sees is exactly what was
+written; the long array is allocated, not touched, so memory grows with the run instead of being
+committed for the whole hint up front. A store may also be told to keep only some families
+(``restrict``): an export that names its families then does not pay to record the others.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -54,18 +55,61 @@ BLOCK_SCRAPES = 64
 class _Family:
     name: str
     labels: list[Labels]
-    rows: Rows  # [capacity, series]: scrapes [0, committed) of the store, float32 while exact
+    # [capacity, series]: scrapes [0, committed) of the store. While the family is float32, a
+    # committed value is ``rows[k] + bases[k // BLOCK_SCRAPES]`` (float64 addition), which
+    # reproduced every value of its block bit for bit when the block was committed.
+    rows: Rows
+    bases: F64  # [capacity blocks, series]: each block's first row (0 where not finite)
     stage: F64  # [BLOCK_SCRAPES, series]: scrapes [committed, committed + BLOCK_SCRAPES)
+
+    @property
+    def narrow(self) -> bool:
+        return self.rows.dtype == np.float32
 
     def column(self, lo: int, hi: int, i: int, committed: int) -> F64:
         """Scrapes [lo, hi) of column ``i`` as a new float64 array."""
         if hi <= committed:
-            return self.rows[lo:hi, i].astype(np.float64)
+            return self._committed(lo, hi, i)
         if lo >= committed:
             return self.stage[lo - committed : hi - committed, i].copy()
-        return np.concatenate(
-            [self.rows[lo:committed, i].astype(np.float64), self.stage[: hi - committed, i]]
-        )
+        return np.concatenate([self._committed(lo, committed, i), self.stage[: hi - committed, i]])
+
+    def _committed(self, lo: int, hi: int, i: int) -> F64:
+        out = self.rows[lo:hi, i].astype(np.float64)
+        if self.narrow:
+            out += self.bases[np.arange(lo, hi) // BLOCK_SCRAPES, i]
+        return out
+
+    def commit(self, lo: int) -> None:
+        """Move the full staging block into scrapes [lo, lo + BLOCK_SCRAPES)."""
+        block = self.stage
+        hi = lo + BLOCK_SCRAPES
+        if self.narrow:
+            base = block[0].copy()
+            base[~np.isfinite(base)] = 0.0
+            target = self.rows[lo:hi]
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.subtract(block, base, out=target, casting="same_kind")
+            back = target.astype(np.float64)
+            back += base
+            if bool(np.equal(back.view(np.int64), block.view(np.int64)).all()) or bool(
+                np.array_equal(back, block, equal_nan=True) and _same_zero_signs(back, block)
+            ):  # bit for bit, or equal up to NaN payloads
+                self.bases[lo // BLOCK_SCRAPES] = base
+                block.fill(np.nan)
+                return
+            self.widen(lo)
+        self.rows[lo:hi] = block
+        block.fill(np.nan)
+
+    def widen(self, committed: int) -> None:
+        """Turn float64 for good (a value that float32 does not keep exactly)."""
+        if not self.narrow:
+            return
+        wide = np.empty(self.rows.shape, dtype=np.float64)
+        wide[:committed] = self.rows[:committed]
+        wide[:committed] += np.repeat(self.bases[: committed // BLOCK_SCRAPES], BLOCK_SCRAPES, 0)
+        self.rows = wide
 
 
 @dataclass
@@ -74,9 +118,17 @@ class _Sparse:
     values: list[float] = field(default_factory=list)
 
 
+def _same_zero_signs(a: F64, b: F64) -> bool:
+    return bool(np.array_equal(np.signbit(a) & (a == 0), np.signbit(b) & (b == 0)))
+
+
 def _rows(capacity: int, width: int) -> Rows:
     # np.empty: pages are committed as blocks move in, not for the whole capacity at once
     return np.empty((capacity, width), dtype=np.float32)
+
+
+def _bases(capacity: int, width: int) -> F64:
+    return np.zeros((-(-capacity // BLOCK_SCRAPES), width))
 
 
 def _stage(width: int) -> F64:
@@ -124,7 +176,8 @@ class SeriesStore:
             return
         rows = _rows(self.capacity, len(labels))
         rows[: self.committed] = np.nan  # a family registered mid-run did not exist before
-        self.families[key] = _Family(name, labels, rows, _stage(len(labels)))
+        bases = _bases(self.capacity, len(labels))
+        self.families[key] = _Family(name, labels, rows, bases, _stage(len(labels)))
         self._by_name.setdefault(name, []).append(key)
         # a family registered mid-run (a new digest's counters) joins cached selections of its name
         self._selections = {k: v for k, v in self._selections.items() if k[0] != name}
@@ -134,7 +187,15 @@ class SeriesStore:
         fam = self.families.get(key)
         if fam is None:
             return
-        fam.rows[: min(until_k, self.committed)] = value
+        done = min(until_k, self.committed)
+        if fam.narrow and (
+            done < self.committed
+            or float(np.float32(value)) != value
+            or math.copysign(1, value) < 0
+        ):
+            fam.widen(self.committed)
+        fam.rows[:done] = value
+        fam.bases[: done // BLOCK_SCRAPES] = 0.0
         if until_k > self.committed:
             fam.stage[: until_k - self.committed] = value
 
@@ -170,18 +231,7 @@ class SeriesStore:
         if hi > self.capacity:
             self._grow(hi)
         for fam in self.families.values():
-            block = fam.stage
-            if fam.rows.dtype == np.float32:
-                narrow = block.astype(np.float32)
-                if np.array_equal(narrow, block, equal_nan=True):
-                    fam.rows[lo:hi] = narrow
-                    block.fill(np.nan)
-                    continue
-                wide = np.empty(fam.rows.shape, dtype=np.float64)
-                wide[:lo] = fam.rows[:lo]
-                fam.rows = wide
-            fam.rows[lo:hi] = block
-            block.fill(np.nan)
+            fam.commit(lo)
         self.committed = hi
 
     def _grow(self, at_least: int) -> None:
@@ -191,6 +241,9 @@ class SeriesStore:
             rows = np.empty((self.capacity, fam.rows.shape[1]), dtype=fam.rows.dtype)
             rows[: self.committed] = fam.rows[: self.committed]
             fam.rows = rows
+            bases = _bases(self.capacity, fam.rows.shape[1])
+            bases[: fam.bases.shape[0]] = fam.bases
+            fam.bases = bases
 
     # -- reading (the Signals port) -------------------------------------------------------------
     def series_names(self) -> Sequence[str]:
