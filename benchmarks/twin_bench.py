@@ -152,10 +152,11 @@ def _child(
 
     prepare = None
     if families:
-        from firedrill.twin.exposition import family_of, select_families
+        from firedrill.twin.exposition import family_of
+        from firedrill.twin.run import choose_families
 
         def prepare(twin: Any) -> None:
-            chosen = select_families(twin.series_names(), families.split(","))
+            chosen = choose_families(twin, families.split(","))
             twin.store.restrict(lambda name: family_of(name) in chosen)
 
     t0 = time.perf_counter()

@@ -283,15 +283,11 @@ def twin_run(
         nonlocal selected
         if not patterns:
             return
-        from firedrill.twin.exposition import exporter_series_names, family_of, select_families
-        from firedrill.twin.recorder import TWIN_SPARSE_NAMES
+        from firedrill.twin.exposition import family_of
+        from firedrill.twin.run import choose_families
 
         try:
-            chosen = select_families(
-                tw.series_names(),
-                patterns,
-                known=exporter_series_names() | set(TWIN_SPARSE_NAMES),
-            )
+            chosen = choose_families(tw, patterns)
         except FiredrillError as exc:
             raise typer.BadParameter(str(exc), param_hint="--families") from exc
         selected = chosen

@@ -7,13 +7,15 @@ and seed, which ``tests/twin/test_determinism.py`` pins.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from firedrill.model.spec import FleetSpec
 from firedrill.twin.engine import Twin
+from firedrill.twin.exposition import exporter_series_names, select_families
+from firedrill.twin.recorder import TWIN_SPARSE_NAMES
 from firedrill.twin.serving import quantile_from_hist
 
 ProgressFn = Callable[[float], None]
@@ -51,6 +53,13 @@ def run_twin(
             progress(done)
     twin.flush_ttft()
     return twin
+
+
+def choose_families(twin: Twin, patterns: Sequence[str]) -> set[str]:
+    """The families ``patterns`` select (``select_families``) among what this twin records now
+    and what it writes only once something happens (a GPU's first XID, a node's first taint)."""
+    known = exporter_series_names() | set(TWIN_SPARSE_NAMES)
+    return select_families(twin.series_names(), patterns, known=known)
 
 
 def _r(x: float, digits: int = 6) -> float | None:
