@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -296,3 +297,61 @@ def test_a_failed_stream_leaves_no_file_and_the_old_one_alone(tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == [path]
     with pytest.raises(OutputError):
         write_chunks(tmp_path / "series.om.txt" / "x", iter(["a"]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    scrapes=st.integers(min_value=1, max_value=3 * BLOCK_SCRAPES + 3),
+    start=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**62), 2**62)),
+    steps=st.lists(
+        st.one_of(
+            st.integers(0, 2**20),
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.just(-0.0),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_what_the_store_reads_back_is_what_was_written_bit_for_bit(
+    scrapes: int, start: float, steps: list[float]
+) -> None:
+    store = SeriesStore(15.0, 2)
+    store.family("counter_total", [labels_of(c="0"), labels_of(c="1")])
+    written = []
+    value = float(start)
+    for k in range(scrapes):
+        with np.errstate(all="ignore"):
+            value = float(np.float64(value) + np.float64(steps[k % len(steps)]))
+        row = np.asarray([value, steps[k % len(steps)]], dtype=np.float64)
+        written.append(row)
+        store.write("counter_total", store.begin_scrape(15.0 * k), row)
+    expected = np.asarray(written)
+    for i, s in enumerate(store.query("counter_total", start_s=0, end_s=1e12)):
+        got, want = s.values, expected[:, i]
+        same = (got.view(np.int64) == want.view(np.int64)) | (np.isnan(got) & np.isnan(want))
+        assert bool(same.all())
+
+
+def test_with_slo_the_chosen_families_are_exported_but_every_family_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    restricted: list[bool] = []
+    real = SeriesStore.restrict
+
+    def spy(self: SeriesStore, keep: Callable[[str], bool]) -> None:
+        restricted.append(keep("vllm:num_requests_waiting") and not keep("http_requests_total"))
+        real(self, keep)
+
+    monkeypatch.setattr(SeriesStore, "restrict", spy)
+    one = ["--families", "vllm:num_requests_waiting"]
+    _twin_run(tmp_path / "slo", *one, "--slo", "examples/slo.yaml")
+    assert restricted == []  # the burn-rate evaluator reads http_requests_total and the rest
+    text = (tmp_path / "slo" / "series.om.txt").read_text()
+    assert [ln for ln in text.splitlines() if ln.startswith("#")] == [
+        "# TYPE vllm:num_requests_waiting gauge",
+        "# EOF",
+    ]
+    _twin_run(tmp_path / "plain", *one)
+    assert restricted == [True]
+    assert (tmp_path / "plain" / "series.om.txt").read_text() == text
