@@ -16,6 +16,18 @@ is the committed `examples/fleet-10k.yaml`, which is the same generator's output
     python benchmarks/twin_bench.py                       # demo 1 h, 1K/10K/50K 24 h
     python benchmarks/twin_bench.py --hours 1             # every case for 1 simulated hour
     python benchmarks/twin_bench.py --cases 10k --no-record --json out/bench.json
+
+Old and new side by side, in one run: `--baseline-src DIR` runs every case twice, first with
+`firedrill` imported from DIR (e.g. `git archive main src | tar -x -C /tmp/old` then
+`--baseline-src /tmp/old/src`), then from this checkout, on the same seed; each row says which.
+`--export` measures `twin run` as a user runs it instead of `run_twin` alone: the run, the
+summary and the series file written to a temporary directory (its size is reported, the file is
+deleted); `--families` passes the same option to it (this checkout only: a baseline that has no
+such option runs without it, and its row says so), and without `--export` records only those
+families.
+
+    python benchmarks/twin_bench.py --cases 10k --hours 1 --baseline-src /tmp/old/src
+    python benchmarks/twin_bench.py --cases 10k --hours 0.25 --export --baseline-src /tmp/old/src
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MAKE_FLEET = ROOT / "benchmarks" / "make_fleet.py"
@@ -72,12 +85,56 @@ class Result:
     record: bool
     scrapes: int
     loadavg_1m: float  # before the case started; above ~0.5 something else was running
+    source: str = "this checkout"  # "baseline" for --baseline-src
+    export_mb: float | None = None  # --export: size of the series file
+    families: str = "all"
 
 
 # --- child: one run, measured from inside its own process ----------------------------------------
 
 
-def _child(spec_path: Path, *, hours: float, seed: int, record: bool, progress: bool) -> None:
+def _child_export(spec_path: Path, *, hours: float, seed: int, families: str | None) -> None:
+    """Run `twin run` (run, summary, series file) in-process; print the measurements as JSON."""
+    from firedrill.cli import app
+
+    with tempfile.TemporaryDirectory(prefix="firedrill-export-") as tmp:
+        args = ["twin", "run", str(spec_path), "--hours", str(hours), "--seed", str(seed)]
+        args += ["--out", tmp, "--quiet"] + (["--families", families] if families else [])
+        t0 = time.perf_counter()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        app(args, standalone_mode=False)
+        wall_s = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        summary = json.loads((Path(tmp) / "summary.json").read_text())
+        size = (Path(tmp) / "series.om.txt").stat().st_size
+    json.dump(
+        {
+            "nodes": summary["nodes"],
+            "cells": len(summary["cells"]),
+            "pools": sum(len(c["models"]) for c in summary["cells"].values()),
+            "dt_s": summary["dt_s"],
+            "steps": round(summary["sim_seconds"] / summary["dt_s"]),
+            "load_s": 0.0,
+            "wall_s": wall_s,
+            "cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+            "peak_rss_mb": ru1.ru_maxrss / 1024.0,
+            "scrapes": round(summary["sim_seconds"] / 15.0) + 1,
+            "export_mb": size / 1e6,
+        },
+        sys.stdout,
+    )
+    print()
+
+
+def _child(
+    spec_path: Path,
+    *,
+    hours: float,
+    seed: int,
+    record: bool,
+    progress: bool,
+    families: str | None = None,
+) -> None:
     """Load the spec, run the twin, print one JSON object with the measurements on stdout."""
     from firedrill.specfile import load_fleet
     from firedrill.twin.run import run_twin
@@ -93,10 +150,20 @@ def _child(spec_path: Path, *, hours: float, seed: int, record: bool, progress: 
             elapsed_s = time.perf_counter() - started
             print(f"  ... {done_s / 3600.0:.0f} h simulated, {elapsed_s:.1f} s", file=sys.stderr)
 
+    prepare = None
+    if families:
+        from firedrill.twin.exposition import family_of
+        from firedrill.twin.run import choose_families
+
+        def prepare(twin: Any) -> None:
+            chosen = choose_families(twin, families.split(","))
+            twin.store.restrict(lambda name: family_of(name) in chosen)
+
     t0 = time.perf_counter()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    kw: dict[str, Any] = {"prepare": prepare} if prepare is not None else {}
     twin = run_twin(
-        spec, seed=seed, hours=hours, record=record, progress=report if progress else None
+        spec, seed=seed, hours=hours, record=record, progress=report if progress else None, **kw
     )
     wall_s = time.perf_counter() - t0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -138,14 +205,28 @@ def _spec_path(case: Case, tmp: Path) -> Path:
 
 
 def _run_case(
-    case: Case, spec: Path, *, hours: float, seed: int, record: bool, progress: bool
+    case: Case,
+    spec: Path,
+    *,
+    hours: float,
+    seed: int,
+    record: bool,
+    progress: bool,
+    src: Path | None = None,
+    export: bool = False,
+    families: str | None = None,
 ) -> Result:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(spec)]
     cmd += ["--hours", str(hours), "--seed", str(seed)]
     cmd += ["--no-record"] if not record else []
     cmd += ["--progress"] if progress else []
+    cmd += ["--export"] if export else []
+    cmd += ["--families", families] if families else []
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     loadavg_1m = os.getloadavg()[0]
-    proc = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env)
     m = json.loads(proc.stdout.strip().splitlines()[-1])  # the child's last line is its report
     steps = int(m["steps"])
     wall_s = float(m["wall_s"])
@@ -167,6 +248,9 @@ def _run_case(
         record=record,
         scrapes=int(m["scrapes"]),
         loadavg_1m=loadavg_1m,
+        source="baseline" if src is not None else "this checkout",
+        export_mb=m.get("export_mb"),
+        families=families or "all",
     )
 
 
@@ -238,14 +322,17 @@ def machine_info() -> dict[str, object]:
 HEADER = (
     f"{'case':<5} {'nodes':>6} {'cells':>5} {'sim h':>5} {'steps':>6} {'load s':>7} "
     f"{'wall s':>8} {'cpu s':>8} {'steps/s':>8} {'µs/step':>8} {'peak RSS MB':>11} {'series':>6}"
+    f" {'export MB':>9}  code"
 )
 
 
 def _row(r: Result) -> str:
+    export = "-" if r.export_mb is None else f"{r.export_mb:.0f}"
     return (
         f"{r.case:<5} {r.nodes:>6} {r.cells:>5} {r.sim_hours:>5g} {r.steps:>6} {r.load_s:>7.2f} "
         f"{r.wall_s:>8.1f} {r.cpu_s:>8.1f} {r.steps_per_s:>8.0f} {r.us_per_step:>8.0f} "
-        f"{r.peak_rss_mb:>11.0f} {'yes' if r.record else 'no':>6}"
+        f"{r.peak_rss_mb:>11.0f} {'yes' if r.record else 'no':>6} {export:>9}  {r.source}"
+        + ("" if r.families == "all" else f" (families {r.families})")
     )
 
 
@@ -270,9 +357,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--progress", action="store_true", help="print each simulated hour as it completes"
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run every case with firedrill imported from this src/ directory, first",
+    )
+    parser.add_argument(
+        "--export",
+        action="store_true",
+        help="measure `twin run` with its series file, not run_twin alone",
+    )
+    parser.add_argument(
+        "--families", help="comma-separated families to record (and export) in this checkout"
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
+    if args.child is not None and args.export:
+        _child_export(
+            args.child,
+            hours=args.hours if args.hours is not None else 1.0,
+            seed=args.seed,
+            families=args.families,
+        )
+        return
     if args.child is not None:
         _child(
             args.child,
@@ -280,6 +388,7 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed,
             record=args.record,
             progress=args.progress,
+            families=args.families,
         )
         return
 
@@ -309,11 +418,21 @@ def main(argv: list[str] | None = None) -> None:
             case = CASES[name]
             hours = args.hours if args.hours is not None else case.hours
             spec = _spec_path(case, Path(tmp))
-            r = _run_case(
-                case, spec, hours=hours, seed=args.seed, record=args.record, progress=args.progress
-            )
-            results.append(r)
-            print(_row(r), flush=True)
+            sources: list[Path | None] = [args.baseline_src] if args.baseline_src else []
+            for src in [*sources, None]:
+                r = _run_case(
+                    case,
+                    spec,
+                    hours=hours,
+                    seed=args.seed,
+                    record=args.record,
+                    progress=args.progress,
+                    src=src,
+                    export=args.export,
+                    families=args.families if src is None else None,
+                )
+                results.append(r)
+                print(_row(r), flush=True)
 
     contended = [r for r in results if r.wall_s > CONTENDED_WALL_OVER_CPU * r.cpu_s]
     if contended:

@@ -13,13 +13,15 @@ between); a write that still fails is an `OutputError` too, naming the path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from firedrill.errors import OutputError
 
-__all__ = ["STDOUT", "check_directory", "check_file", "is_stdout", "write"]
+__all__ = ["STDOUT", "check_directory", "check_file", "is_stdout", "write", "write_chunks"]
 
 STDOUT = "-"
 
@@ -84,3 +86,33 @@ def write(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def write_chunks(path: Path, chunks: Iterable[str]) -> int:
+    """Write ``chunks`` to ``path`` as they come (an export too big to hold in memory); return
+    the bytes written.
+
+    They go to ``path``'s ``.partial`` sibling, renamed onto ``path`` once the last one is
+    written: an error half-way (a refused sample, a full disk) leaves no truncated file that
+    looks finished, and an existing ``path`` untouched.
+    """
+    partial = path.with_name(path.name + ".partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("w", encoding="utf-8", newline="\n") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(partial, path)
+        return path.stat().st_size
+    except OSError as exc:
+        _discard(partial)
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    except BaseException:
+        _discard(partial)
+        raise
+
+
+def _discard(partial: Path) -> None:
+    """Remove a half-written file, if there is one to remove."""
+    with contextlib.suppress(OSError):  # never created (its directory is not one)
+        partial.unlink(missing_ok=True)

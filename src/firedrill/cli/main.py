@@ -7,6 +7,7 @@ docstring (``firedrill.cli``).
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import sys
@@ -171,15 +172,58 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which spec or report
     sys.stdout.write(json.dumps(json_schema(models[kind]), indent=2, sort_keys=False) + "\n")
 
 
-def _parse_window(window: str | None, hours: float) -> tuple[float, float]:
-    if window is None:
-        return 0.0, hours * 3600.0
+_DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def _seconds(text: str, what: str) -> float:
+    """Simulated seconds from ``900``, ``90.5``, ``15m``, ``1h30m`` or ``1d``."""
+    text = text.strip()
     try:
-        a, b = (float(x) for x in window.split(":", 1))
-    except ValueError as exc:
-        raise typer.BadParameter("expected START:END in seconds, e.g. 0:3600") from exc
-    if not 0 <= a < b:
-        raise typer.BadParameter("window must satisfy 0 <= START < END")
+        value = float(text)
+    except ValueError:
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise typer.BadParameter(
+                f"{what} {text!r} is neither seconds (900) nor a duration (15m, 1h30m, 1d)",
+                param_hint="--window",
+            ) from None
+        value = sum(float(n) * _DURATION_UNITS_S[u] for n, u in parts)
+    if not math.isfinite(value) or value < 0:
+        raise typer.BadParameter(f"{what} must be >= 0 s, got {text!r}", param_hint="--window")
+    return value
+
+
+def _parse_window(window: str | None, hours: float, interval_s: float) -> tuple[float, float]:
+    """The export window in simulated seconds: START:END, either side a number of seconds or a
+    duration, an empty side meaning the run's start or end; refused when it holds no scrape."""
+    run_s = hours * 3600.0
+    if window is None:
+        return 0.0, run_s
+    if ":" not in window:
+        raise typer.BadParameter(
+            "expected START:END (seconds or durations), e.g. 0:3600 or 6h:12h",
+            param_hint="--window",
+        )
+    a_text, b_text = window.split(":", 1)
+    a = _seconds(a_text, "START") if a_text.strip() else 0.0
+    b = _seconds(b_text, "END") if b_text.strip() else run_s
+    if not a < b:
+        raise typer.BadParameter(
+            f"empty window: START {a:g} s is not before END {b:g} s", param_hint="--window"
+        )
+    if a > run_s:
+        raise typer.BadParameter(
+            f"the window starts at {a:g} s, after the run ends ({run_s:g} s: --hours {hours:g})",
+            param_hint="--window",
+        )
+    end = min(b, run_s)
+    first_scrape = math.ceil(a / interval_s - 1e-9) * interval_s
+    if first_scrape > end + 1e-9:
+        raise typer.BadParameter(
+            f"empty window: no scrape between {a:g} s and {end:g} s (one every {interval_s:g} s)",
+            param_hint="--window",
+        )
     return a, b
 
 
@@ -195,14 +239,31 @@ def twin_run(
         SeriesFormat, typer.Option(help="Series export written to OUT (none to skip).")
     ] = SeriesFormat.openmetrics,
     window: Annotated[
-        str | None, typer.Option(help="Series window START:END in simulated seconds.")
+        str | None,
+        typer.Option(
+            help="Series window START:END in simulated seconds or durations (0:3600, 6h:12h, "
+            "23h:); default the whole run."
+        ),
+    ] = None,
+    families: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--families",
+            help="Metric families to export: names or globs ('vllm:*', DCGM_FI_DEV_XID_ERRORS), "
+            "repeatable or comma-separated; default every family, so any rule can be tested on "
+            "the export. Only these are recorded (all of them with --slo).",
+        ),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar or table.")] = False,
     slo: Annotated[
         Path | None, typer.Option(help="SLO spec: evaluate its burn-rate alerts during the run.")
     ] = None,
 ) -> None:
-    """Run the twin; write OUT/summary.json and the series; print a summary table."""
+    """Run the twin; write OUT/summary.json and the series; print a summary table.
+
+    The series are written as they are read from the twin's store, family by family, so the
+    export's size on disk is the only limit on how long a run and how many families it holds.
+    """
     from firedrill.detect.evaluator import AlertEvent, BurnRateEvaluator
     from firedrill.detect.monitor import event_dict, watch
     from firedrill.twin.engine import Twin
@@ -213,6 +274,28 @@ def twin_run(
     slo_spec = _load_slo(slo) if slo is not None else None
     if slo_spec is not None and series is SeriesFormat.none:
         raise typer.BadParameter("--slo needs the series: drop --series none")
+    patterns = [p.strip() for item in families or [] for p in item.split(",") if p.strip()]
+    if families is not None and series is SeriesFormat.none:
+        raise typer.BadParameter("--families chooses what to export: drop --series none")
+    if families is not None and not patterns:
+        raise typer.BadParameter("--families names no family", param_hint="--families")
+    selected: set[str] | None = None
+
+    def prepare(tw: Twin) -> None:
+        nonlocal selected
+        if not patterns:
+            return
+        from firedrill.twin.exposition import family_of
+        from firedrill.twin.run import choose_families
+
+        try:
+            chosen = choose_families(tw, patterns)
+        except FiredrillError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--families") from exc
+        selected = chosen
+        if slo_spec is None:  # the burn-rate evaluator reads its own families from the store
+            tw.store.restrict(lambda name: family_of(name) in chosen)
+
     alerts: list[AlertEvent] = []
     evaluators: dict[int, BurnRateEvaluator] = {}
 
@@ -223,7 +306,7 @@ def twin_run(
         ev = evaluators.setdefault(id(tw), BurnRateEvaluator(slo_spec, tw))
         alerts.extend(watch(tw, ev, seconds=seconds, every_s=spec.scrape_interval_s))
 
-    start_s, end_s = _parse_window(window, hours)
+    start_s, end_s = _parse_window(window, hours, spec.scrape_interval_s)
     out.mkdir(parents=True, exist_ok=True)
     total_s = hours * 3600.0
     wall0 = time.perf_counter()
@@ -237,6 +320,7 @@ def twin_run(
             progress=lambda done: progress.update(task, completed=done),
             progress_every_s=max(60.0, total_s / 200.0),
             advance=advance,
+            prepare=prepare,
         )
     wall = time.perf_counter() - wall0
     summary = summarize(twin, spec_sha256=digest)
@@ -245,7 +329,7 @@ def twin_run(
     summary["wall_seconds"] = round(wall, 3)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if series is not SeriesFormat.none:
-        _write_series(twin, out, series, start_s, min(end_s, twin.t))
+        _write_series(twin, out, series, start_s, min(end_s, twin.t), selected, quiet=quiet)
     if not quiet:
         _print_summary(summary)
         if slo_spec is not None:
@@ -260,17 +344,52 @@ def _all_series(twin: Any, start_s: float, end_s: float) -> list[Series]:
     return out
 
 
-def _write_series(twin: Any, out: Path, fmt: SeriesFormat, start_s: float, end_s: float) -> None:
-    from firedrill.twin.exposition import to_openmetrics, to_promtool_input_series
+def _write_series(
+    twin: Any,
+    out: Path,
+    fmt: SeriesFormat,
+    start_s: float,
+    end_s: float,
+    selected: set[str] | None,
+    *,
+    quiet: bool,
+) -> None:
+    """Stream the chosen families' series over the window into OUT, one family at a time."""
+    from firedrill.adapters import outputs
+    from firedrill.twin.exposition import (
+        family_of,
+        stream_openmetrics,
+        stream_promtool_input_series,
+    )
 
-    series = [_public(s) for s in _all_series(twin, start_s, end_s)]
+    names = list(twin.series_names())
+    if selected is not None:
+        names = [n for n in names if family_of(n) in selected]
+        missing = sorted(selected - {family_of(n) for n in names})
+        if missing and not quiet:
+            err.print(
+                f"no series in this run for {escape(', '.join(missing))} "
+                "(the twin writes them only when something happens)",
+                highlight=False,
+            )
+    sources = twin.store.stored(names, start_s=start_s, end_s=end_s)
     if fmt is SeriesFormat.openmetrics:
-        (out / "series.om.txt").write_text(to_openmetrics(series))
+        path, chunks = out / "series.om.txt", stream_openmetrics(sources)
     else:
-        text = to_promtool_input_series(
-            series, interval_s=twin.spec.scrape_interval_s, start_s=start_s, end_s=end_s
+        path = out / "input_series.yaml"
+        chunks = stream_promtool_input_series(
+            sources, interval_s=twin.spec.scrape_interval_s, start_s=start_s, end_s=end_s
         )
-        (out / "input_series.yaml").write_text(text)
+    try:
+        size = outputs.write_chunks(path, chunks)
+    except FiredrillError as exc:
+        raise _fail(exc) from exc
+    if not quiet:
+        console.print(
+            f"wrote [bold]{escape(str(path))}[/] ({size / 1e6:,.1f} MB, "
+            f"{start_s:g}–{end_s:g} s, "
+            f"{len({family_of(n) for n in names})} families)"
+        )
 
 
 def _public(s: Series) -> Series:

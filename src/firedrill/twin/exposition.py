@@ -26,12 +26,14 @@ vLLM's ``http_*`` series; see ``firedrill.export.monitors``).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from fnmatch import fnmatchcase
+from typing import Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,15 +65,23 @@ from firedrill.model.series import Labels, Series
 __all__ = [
     "OPENMETRICS_CONTENT_TYPE",
     "PROMETHEUS_TEXT_CONTENT_TYPE",
+    "Named",
+    "SeriesSource",
+    "as_sources",
     "compress_values",
     "ensure_series_are_valid",
     "ensure_window_is_valid",
     "exporter_labels",
+    "exporter_series_names",
+    "family_of",
     "grid_of",
     "promtool_duration",
     "promtool_test_file",
     "resample",
+    "select_families",
     "series_selector",
+    "stream_openmetrics",
+    "stream_promtool_input_series",
     "to_openmetrics",
     "to_prometheus_text",
     "to_promtool_input_series",
@@ -91,6 +101,30 @@ _GRID_SLACK = 1e-9
 _EXACT_INT_LIMIT = 2.0**53
 
 Kind = Literal["counter", "gauge", "histogram", "summary"]
+
+F64 = npt.NDArray[np.float64]
+
+
+class Named(Protocol):
+    """What grouping series into families needs: a name and labels (``Series`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def labels(self) -> Labels: ...
+
+    def label(self, key: str) -> str: ...
+
+
+class SeriesSource(Named, Protocol):
+    """A series whose samples are read only when it is written (a streamed export holds one
+    histogram point's series at a time, never the whole export)."""
+
+    def samples(self) -> tuple[F64, npt.NDArray[np.floating]]: ...
+
+
+N = TypeVar("N", bound=Named)
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -120,7 +154,23 @@ def ensure_series_are_valid(series: Sequence[Series]) -> None:
         seen.add(key)
 
 
+def _ensure_names_are_valid(series: Iterable[Named]) -> None:
+    """``ensure_series_are_valid`` without the samples: names, labels, no duplicates."""
+    seen: set[tuple[str, Labels]] = set()
+    for s in series:
+        _ensure_name_is_valid(s)
+        key = (s.name, s.labels)
+        if key in seen:
+            raise ExportError(f"series {series_selector(s)} appears more than once")
+        seen.add(key)
+
+
 def _ensure_series_is_valid(s: Series) -> None:
+    _ensure_name_is_valid(s)
+    _ensure_samples_are_valid(s.name, s.t_s, s.values)
+
+
+def _ensure_name_is_valid(s: Named) -> None:
     if _METRIC_NAME.fullmatch(s.name) is None:
         raise ExportError(f"invalid metric name {s.name!r}")
     names = [k for k, _ in s.labels]
@@ -129,15 +179,20 @@ def _ensure_series_is_valid(s: Series) -> None:
             raise ExportError(f"series {s.name}: invalid label name {k!r}")
     if len(set(names)) != len(names):
         raise ExportError(f"series {s.name}: a label name appears twice in {names}")
-    if s.t_s.ndim != 1 or s.values.ndim != 1 or s.t_s.shape != s.values.shape:
+
+
+def _ensure_samples_are_valid(
+    name: str, t_s: npt.NDArray[np.floating], values: npt.NDArray[np.floating]
+) -> None:
+    if t_s.ndim != 1 or values.ndim != 1 or t_s.shape != values.shape:
         raise ExportError(
-            f"series {s.name}: t_s {s.t_s.shape} and values {s.values.shape} must be 1-D "
+            f"series {name}: t_s {t_s.shape} and values {values.shape} must be 1-D "
             "and of equal length"
         )
-    if s.t_s.size and not bool(np.all(np.isfinite(s.t_s))):
-        raise ExportError(f"series {s.name}: sample times must be finite")
-    if s.t_s.size > 1 and not bool(np.all(np.diff(s.t_s) > 0)):
-        raise ExportError(f"series {s.name}: sample times must be strictly increasing")
+    if t_s.size and not bool(np.all(np.isfinite(t_s))):
+        raise ExportError(f"series {name}: sample times must be finite")
+    if t_s.size > 1 and not bool(np.all(np.diff(t_s) > 0)):
+        raise ExportError(f"series {name}: sample times must be strictly increasing")
 
 
 # -- numbers and names --------------------------------------------------------------------------
@@ -179,7 +234,7 @@ def _render_labels(labels: Labels) -> str:
     return "{" + inner + "}"
 
 
-def series_selector(s: Series) -> str:
+def series_selector(s: Named) -> str:
     """The series as PromQL writes it: ``name{a="b",...}`` (just ``name`` without labels)."""
     return s.name + _render_labels(s.labels)
 
@@ -379,12 +434,12 @@ def _dump_yaml(document: object) -> str:
 
 
 @dataclass(frozen=True)
-class _Family:
+class _Family(Generic[N]):
     """Series that expose as one metric family, in exposition order."""
 
     name: str
     kind: Kind
-    members: tuple[Series, ...]
+    members: tuple[N, ...]
 
 
 _HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
@@ -399,7 +454,7 @@ def _role(name: str) -> tuple[str, str]:
     return name, ""
 
 
-def _canonical_bound(s: Series, key: str) -> tuple[float, str]:
+def _canonical_bound(s: Named, key: str) -> tuple[float, str]:
     """A bucket's ``le`` (or a summary's ``quantile``) as a float and in canonical text."""
     text = s.label(key)
     if not any(k == key for k, _ in s.labels):
@@ -420,12 +475,12 @@ def _without(labels: Labels, key: str) -> Labels:
     return tuple((k, v) for k, v in labels if k != key)
 
 
-def _families(series: Sequence[Series]) -> list[_Family]:
-    by_family: dict[str, list[tuple[str, Series]]] = {}
+def _families(series: Sequence[N]) -> list[_Family[N]]:
+    by_family: dict[str, list[tuple[str, N]]] = {}
     for s in series:
         base, role = _role(s.name)
         by_family.setdefault(base, []).append((role, s))
-    families: list[_Family] = []
+    families: list[_Family[N]] = []
     for name in sorted(by_family):
         roles = {role for role, _ in by_family[name]}
         members = [s for _, s in by_family[name]]
@@ -447,11 +502,11 @@ def _families(series: Sequence[Series]) -> list[_Family]:
     return families
 
 
-def _order_key(name: str, kind: Kind) -> Callable[[Series], tuple[Labels, int, float]]:
+def _order_key(name: str, kind: Kind) -> Callable[[Named], tuple[Labels, int, float]]:
     bound_key = {"histogram": "le", "summary": "quantile"}.get(kind)
     rank = {"_bucket": 0, "": 0, "_count": 1, "_sum": 2}
 
-    def key(s: Series) -> tuple[Labels, int, float]:
+    def key(s: Named) -> tuple[Labels, int, float]:
         if bound_key is None:
             return s.labels, 0, 0.0
         role = s.name.removeprefix(name)
@@ -462,7 +517,7 @@ def _order_key(name: str, kind: Kind) -> Callable[[Series], tuple[Labels, int, f
     return key
 
 
-def _exposed_labels(family: _Family, s: Series) -> Labels:
+def _exposed_labels(family: _Family[N], s: N) -> Labels:
     """The series' labels with ``le`` / ``quantile`` rewritten in canonical form."""
     bound_key = {"histogram": "le", "summary": "quantile"}.get(family.kind)
     if bound_key is None or s.name.removeprefix(family.name) not in ("_bucket", ""):
@@ -471,7 +526,7 @@ def _exposed_labels(family: _Family, s: Series) -> Labels:
     return tuple((k, text if k == bound_key else v) for k, v in s.labels)
 
 
-def _group_of(family: _Family, s: Series) -> Labels:
+def _group_of(family: _Family[N], s: N) -> Labels:
     """Labels shared by the samples that form one histogram/summary point."""
     if family.kind == "histogram":
         return _without(s.labels, "le")
@@ -480,7 +535,7 @@ def _group_of(family: _Family, s: Series) -> Labels:
     return s.labels
 
 
-def _ensure_openmetrics_value(s: Series, value: float) -> None:
+def _ensure_openmetrics_value(s: Named, value: float) -> None:
     role = _role(s.name)[1]
     if role and math.isnan(value):
         raise ExportError(f"series {series_selector(s)}: counter-like sample is NaN")
@@ -551,9 +606,9 @@ def to_openmetrics(
     return "".join(out)
 
 
-def _groups(family: _Family) -> list[list[Series]]:
+def _groups(family: _Family[N]) -> list[list[N]]:
     """Members split into consecutive runs that share a histogram/summary group."""
-    groups: list[list[Series]] = []
+    groups: list[list[N]] = []
     last: Labels | None = None
     for s in family.members:
         g = _group_of(family, s)
@@ -591,6 +646,232 @@ def to_prometheus_text(series: Sequence[Series], *, at_s: float | None = None) -
         if isinstance(m, _SuffixlessCounter):
             out += m.render()
     return out
+
+
+# -- streamed exports ---------------------------------------------------------------------------
+#
+# A day of a 10,000-node fleet is some 115 million samples, 15 GB of OpenMetrics text: the text
+# cannot be built in memory, so these writers yield it piece by piece, in the same bytes as
+# ``to_openmetrics`` / ``to_promtool_input_series`` would return for the same series. OpenMetrics
+# wants a family's samples contiguous, so the layout is family-major, as there: each family's
+# series are read (``SeriesSource.samples``) one histogram point group at a time and written in
+# chunks of ``chunk_samples`` timestamps, so what is held at once is one group's samples and one
+# chunk's text, whatever the run's length and the fleet's size.
+
+_CHUNK_SAMPLES = 2048
+
+
+@dataclass(frozen=True)
+class _Eager:
+    """A ``Series`` as a ``SeriesSource``."""
+
+    series: Series
+
+    @property
+    def name(self) -> str:
+        return self.series.name
+
+    @property
+    def labels(self) -> Labels:
+        return self.series.labels
+
+    def label(self, key: str) -> str:
+        return self.series.label(key)
+
+    def samples(self) -> tuple[F64, npt.NDArray[np.floating]]:
+        return self.series.t_s, self.series.values
+
+
+def as_sources(series: Iterable[Series]) -> list[SeriesSource]:
+    """In-memory series as sources for the streamed writers."""
+    return [_Eager(s) for s in series]
+
+
+def family_of(series_name: str) -> str:
+    """The metric family a series name belongs to (``x_bucket`` -> ``x``, ``y_total`` -> ``y``)."""
+    return _role(series_name)[0]
+
+
+def select_families(
+    available: Iterable[str], patterns: Sequence[str], *, known: Iterable[str] = ()
+) -> set[str]:
+    """The families (see ``family_of``) that ``patterns`` select among the series names
+    ``available``.
+
+    A pattern is a family or series name or a shell glob over them (``vllm:*``,
+    ``DCGM_FI_DEV_*``); naming one series of a family selects the whole family, so a histogram
+    is never exported without its buckets. A pattern that selects nothing in ``available`` or in
+    ``known`` (families the twin may write later in a run) is an ``ExportError``.
+    """
+    names = set(available)
+    families = {family_of(n) for n in names}
+    later = set(known)
+    selected: set[str] = set()
+    for pattern in patterns:
+        hits = {
+            family_of(n)
+            for n in names
+            if fnmatchcase(n, pattern) or fnmatchcase(family_of(n), pattern)
+        }
+        maybe = {f for f in later if fnmatchcase(f, pattern) or fnmatchcase(family_of(f), pattern)}
+        if not hits and not maybe:
+            near = difflib.get_close_matches(pattern, sorted(families), n=5, cutoff=0.6)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise ExportError(
+                f"no metric family matches {pattern!r} (the run has {len(families)}, e.g. "
+                f"{', '.join(sorted(families)[:3])}){hint}"
+            )
+        selected |= hits | {family_of(f) for f in maybe}
+    return selected
+
+
+def stream_openmetrics(
+    sources: Sequence[SeriesSource], *, epoch_s: float = 0.0, chunk_samples: int = _CHUNK_SAMPLES
+) -> Iterator[str]:
+    """``to_openmetrics(series)`` (every sample, timestamped ``epoch_s + t_s``), piece by piece.
+
+    Names and labels are checked before the first piece; samples as their group is written, so
+    an error may come after some pieces (write them somewhere that can be thrown away).
+    """
+    if chunk_samples < 1:
+        raise ExportError(f"chunk_samples must be positive, got {chunk_samples}")
+    _ensure_names_are_valid(sources)
+    stamps = _Stamps(epoch_s)
+    for family in _families(sources):
+        typed = False
+        for group in _groups(family):
+            for text in _group_text(family, group, stamps, chunk_samples):
+                if not typed:
+                    yield f"# TYPE {family.name} {family.kind}\n"
+                    typed = True
+                yield text
+    yield "# EOF\n"
+
+
+class _Stamps:
+    """Timestamp texts of a chunk, reused while consecutive groups share their sample times
+    (every dense series of a store does)."""
+
+    def __init__(self, epoch_s: float) -> None:
+        self.epoch_s = epoch_s
+        self._key: tuple[F64, int, int] | None = None
+        self._text: list[str] = []
+
+    def text(self, t_s: F64, lo: int, hi: int) -> list[str]:
+        key = self._key
+        if key is None or key[0] is not t_s or key[1] != lo or key[2] != hi:
+            self._text = [repr(x) for x in (self.epoch_s + t_s[lo:hi]).tolist()]
+            self._key = (t_s, lo, hi)
+        return self._text
+
+
+def _loaded(s: SeriesSource) -> tuple[F64, F64]:
+    t_s, values = s.samples()
+    _ensure_samples_are_valid(s.name, t_s, values)
+    return np.asarray(t_s, dtype=np.float64), np.asarray(values, dtype=np.float64)
+
+
+def _group_text(
+    family: _Family[SeriesSource], group: Sequence[SeriesSource], stamps: _Stamps, chunk: int
+) -> Iterator[str]:
+    heads = [s.name + _render_labels(_exposed_labels(family, s)) for s in group]
+    loaded = [_loaded(s) for s in group]
+    t0 = loaded[0][0]
+    if not all(t is t0 or np.array_equal(t, t0) for t, _ in loaded[1:]):
+        yield from _merged_text(group, heads, loaded, stamps.epoch_s, chunk)
+        return
+    for lo in range(0, t0.size, chunk):
+        hi = min(lo + chunk, t0.size)
+        columns = [values[lo:hi] for _, values in loaded]
+        for s, values in zip(group, columns, strict=True):
+            if _has_bad_openmetrics_value(s, values):
+                for j in range(hi - lo):  # the first bad sample in output order raises
+                    for s2, v2 in zip(group, columns, strict=True):
+                        _ensure_openmetrics_value(s2, float(v2[j]))
+        ts = stamps.text(t0, lo, hi)
+        texts = [_format_values(v) for v in columns]
+        if len(group) == 1:
+            head = heads[0]
+            yield "".join([f"{head} {v} {t}\n" for v, t in zip(texts[0], ts, strict=True)])
+        else:
+            pairs = list(zip(heads, texts, strict=True))
+            yield "".join([f"{h} {vs[j]} {t}\n" for j, t in enumerate(ts) for h, vs in pairs])
+
+
+def _merged_text(
+    group: Sequence[SeriesSource],
+    heads: Sequence[str],
+    loaded: Sequence[tuple[F64, F64]],
+    epoch_s: float,
+    chunk: int,
+) -> Iterator[str]:
+    """A group whose series do not share their sample times, merged by time as the format
+    asks (members in exposition order at each time)."""
+    rows = sorted(
+        (float(t), rank, float(v))
+        for rank, (t_s, values) in enumerate(loaded)
+        for t, v in zip(t_s.tolist(), values.tolist(), strict=True)
+    )
+    for lo in range(0, len(rows), chunk):
+        lines: list[str] = []
+        for t, rank, v in rows[lo : lo + chunk]:
+            _ensure_openmetrics_value(group[rank], v)
+            lines.append(_sample_line(heads[rank], v, epoch_s + t))
+        yield "".join(lines)
+
+
+def _has_bad_openmetrics_value(s: Named, values: F64) -> bool:
+    """Whether ``_ensure_openmetrics_value`` would refuse any of ``values`` (vectorised)."""
+    role = _role(s.name)[1]
+    if not role:
+        return False
+    bad = np.isnan(values)
+    if role in ("_total", "_count", "_bucket"):
+        bad |= values < 0
+    if role in ("_count", "_bucket"):
+        bad |= ~np.isfinite(values) | (values != np.floor(values))
+    return bool(bad.any())
+
+
+def _format_values(values: F64) -> list[str]:
+    """``_format_exposition_value`` of each value; integers (the common case) vectorised."""
+    if values.size and bool(
+        np.all(np.isfinite(values))
+        and np.all(values == np.trunc(values))
+        and np.all(np.abs(values) < _EXACT_INT_LIMIT)
+        and not np.any(np.signbit(values) & (values == 0))
+    ):
+        return [str(x) for x in values.astype(np.int64).tolist()]
+    return [_format_exposition_value(x) for x in values.tolist()]
+
+
+def stream_promtool_input_series(
+    sources: Sequence[SeriesSource],
+    *,
+    interval_s: float,
+    start_s: float,
+    end_s: float,
+    max_age_s: float | None = None,
+) -> Iterator[str]:
+    """``to_promtool_input_series`` piece by piece: one YAML list entry per series, each series
+    read only when its entry is written."""
+    ensure_window_is_valid(interval_s=interval_s, start_s=start_s, end_s=end_s)
+    _ensure_names_are_valid(sources)
+    if not sources:
+        yield _dump_yaml([])
+        return
+    for s in sources:
+        t_s, values = _loaded(s)
+        series = Series(s.name, s.labels, t_s, values)
+        entry = {
+            "series": series_selector(series),
+            "values": compress_values(
+                resample(
+                    series, interval_s=interval_s, start_s=start_s, end_s=end_s, max_age_s=max_age_s
+                )
+            ),
+        }
+        yield _dump_yaml([entry])
 
 
 # -- what a scrape sees, through prometheus_client ------------------------------------------------
@@ -633,7 +914,13 @@ def _catalog(
 _CATALOG = _catalog()
 
 
-def _real_family(family: _Family) -> MetricFamily | None:
+def exporter_series_names() -> frozenset[str]:
+    """Every family name the reference's exporters publish (vLLM, dcgm-exporter,
+    kube-state-metrics), whether or not a twin run writes it."""
+    return frozenset(_CATALOG)
+
+
+def _real_family(family: _Family[Series]) -> MetricFamily | None:
     for name in (family.name, family.name + "_total", *(s.name for s in family.members[:1])):
         found = _CATALOG.get(name)
         if found is not None:
@@ -641,7 +928,7 @@ def _real_family(family: _Family) -> MetricFamily | None:
     return None
 
 
-def _help(family: _Family, real: MetricFamily | None) -> str:
+def _help(family: _Family[Series], real: MetricFamily | None) -> str:
     if real is not None:
         return real.help
     return f"{family.name}: a series of the firedrill twin (no exporter of the reference emits it)."

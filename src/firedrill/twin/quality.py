@@ -253,7 +253,7 @@ class GoldenSet:
                         for p in pools
                     ],
                 )
-                store.families[key].rows[:k] = 0.0
+                store.fill(key, 0.0, until_k=k)
         self._registered = len(tw.digests)
 
     def scrape(self, store: SeriesStore, k: int, interval_s: float) -> None:

@@ -7,13 +7,15 @@ and seed, which ``tests/twin/test_determinism.py`` pins.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from firedrill.model.spec import FleetSpec
 from firedrill.twin.engine import Twin
+from firedrill.twin.exposition import exporter_series_names, select_families
+from firedrill.twin.recorder import TWIN_SPARSE_NAMES
 from firedrill.twin.serving import quantile_from_hist
 
 ProgressFn = Callable[[float], None]
@@ -28,13 +30,18 @@ def run_twin(
     progress: ProgressFn | None = None,
     progress_every_s: float = 600.0,
     advance: Callable[[Twin, float], None] | None = None,
+    prepare: Callable[[Twin], None] | None = None,
 ) -> Twin:
     """Run the twin for ``hours`` simulated hours; report progress (simulated seconds done).
 
     ``advance(twin, seconds)`` replaces ``twin.run_for`` when a caller drives something on the
-    same clock (detection evaluates after every scrape).
+    same clock (detection evaluates after every scrape). ``prepare(twin)`` sees the twin built
+    and before its first step: it may check what the twin will record and narrow it
+    (``twin.store.restrict``), or raise to run nothing.
     """
     twin = Twin(spec, seed, record=record, hours_hint=hours)
+    if prepare is not None:
+        prepare(twin)
     step = advance or (lambda tw, s: tw.run_for(s))
     total = hours * 3600.0
     done = 0.0
@@ -46,6 +53,13 @@ def run_twin(
             progress(done)
     twin.flush_ttft()
     return twin
+
+
+def choose_families(twin: Twin, patterns: Sequence[str]) -> set[str]:
+    """The families ``patterns`` select (``select_families``) among what this twin records now
+    and what it writes only once something happens (a GPU's first XID, a node's first taint)."""
+    known = exporter_series_names() | set(TWIN_SPARSE_NAMES)
+    return select_families(twin.series_names(), patterns, known=known)
 
 
 def _r(x: float, digits: int = 6) -> float | None:
