@@ -1,21 +1,25 @@
 """What the step computes once and reuses, or draws another way, is what it computed before.
 
-The step draws over small pool arrays element by element (``twin/draws.py``) and keeps the
-routing share and the partition cut plan between steps; each must give exactly what the plain
-computation gives, every time its inputs change.
+The step draws over small pool arrays element by element (``twin/draws.py``), runs the queue's
+sub-steps on Python ints for a fleet of a few pools, and keeps the routing share and the
+partition cut plan between steps; each must give exactly what the plain computation gives,
+every time its inputs change.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firedrill.model import operations as ops
+from firedrill.model.spec import LatencySpec, TokensSpec
 from firedrill.specfile import load_fleet
-from firedrill.twin import draws
+from firedrill.twin import draws, traffic
 from firedrill.twin.engine import Twin
+from tests.twin.fleets import fleet, model
 
 FLEET = "examples/fleet.yaml"
 
@@ -104,3 +108,47 @@ def test_partition_losses_follow_cuts_and_heals() -> None:
     tw.apply(ops.Heal("region-region", "us-east-1", "us-west-2"))
     tw.run_for(1)
     assert np.allclose(tw.lam, served_before, rtol=0.2)
+
+
+def _small_cells(rho: float) -> Twin:
+    """Two cells of 2 s services (sub-stepped) at high load, with KV overflow and timeouts."""
+    lat = LatencySpec(
+        prefill_a_s=0.0,
+        prefill_b_s_per_token=1e-9,
+        prefill_c_s_per_token2=0.0,
+        decode_a_s=2.0 / 250.0,
+        decode_b_s_per_token=0.0,
+        decode_c_s_per_seq=0.0,
+        prefill_interference=0.0,
+        cold_cache_penalty=0.0,
+    )
+    m = model(latency=lat, max_num_seqs=4, queue_timeout_s=5.0)
+    spec = fleet(
+        regions={"r": (2, 3, 3, rho * 2 * 12 / 2.0)}, m=m, tokens=TokensSpec(output_mean=250.0)
+    )
+    return Twin(spec, seed=5, record=False)
+
+
+@pytest.mark.parametrize("rho", [0.6, 1.3])
+def test_sub_steps_on_python_ints_are_the_array_loop_bit_for_bit(
+    rho: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run(scalar_pools: int) -> Twin:
+        monkeypatch.setattr(traffic, "SCALAR_POOLS", scalar_pools)
+        tw = _small_cells(rho)
+        assert tw.n_pools == 2
+        tw.run_for(900)
+        tw.apply(ops.Drain(tw.nodes[0].name))  # seats taken mid-run: the "moved" branch
+        tw.run_for(300)
+        tw.flush_ttft()
+        return tw
+
+    ints, arrays = run(4), run(0)
+    assert int(arrays.admitted_total.sum()) > 1000
+    if rho > 1:
+        assert int(arrays.errors.sum()) > 0  # timeouts: the queue was long
+    for name in ("busy", "busy_fast", "ok", "errors", "requests", "admitted_total", "ttft_hist"):
+        assert np.array_equal(getattr(ints, name), getattr(arrays, name)), name
+    assert np.array_equal(ints.queue_wait_sum, arrays.queue_wait_sum)
+    assert np.array_equal(ints.queue, arrays.queue)
+    assert ints.rng.bit_generator.state == arrays.rng.bit_generator.state

@@ -205,30 +205,35 @@ class Traffic(Scheduling):
         if keep is not None:
             p1 = p1 * keep
             p2 = p2 * keep
-        done = self._zeros_i
-        admitted = self._zeros_i
-        area = self._zeros_i
-        left = arrivals
-        for j in range(n):
-            d_slow = binomial(rng, slow, p1)
-            d_fast = binomial(rng, fast, p2)
-            slow = slow - d_slow
-            fast = fast - d_fast
-            done = done + d_slow + d_fast
-            if n == 1:
-                arrive = arrivals
-            else:
-                arrive = binomial(rng, left, 1.0 / (n - j))
-                left = left - arrive
-            waiting = waiting + arrive
-            x = np.minimum(np.maximum(seats - slow - fast, 0), waiting)
-            waiting = waiting - x
-            x_slow = binomial(rng, x, pi)
-            slow = slow + x_slow
-            fast = fast + np.asarray(x - x_slow, dtype=np.int64)
-            admitted = admitted + x
-            if n > 1:
-                area = area + waiting
+        if self.n_pools <= SCALAR_POOLS and _all_int64(slow, fast, seats, waiting, arrivals):
+            done, admitted, slow, fast, waiting, area = _substeps_scalar(
+                rng, n, slow, fast, seats, waiting, arrivals, (p1, p2, pi)
+            )
+        else:
+            done = self._zeros_i
+            admitted = self._zeros_i
+            area = self._zeros_i
+            left = arrivals
+            for j in range(n):
+                d_slow = binomial(rng, slow, p1)
+                d_fast = binomial(rng, fast, p2)
+                slow = slow - d_slow
+                fast = fast - d_fast
+                done = done + d_slow + d_fast
+                if n == 1:
+                    arrive = arrivals
+                else:
+                    arrive = binomial(rng, left, 1.0 / (n - j))
+                    left = left - arrive
+                waiting = waiting + arrive
+                x = np.minimum(np.maximum(seats - slow - fast, 0), waiting)
+                waiting = waiting - x
+                x_slow = binomial(rng, x, pi)
+                slow = slow + x_slow
+                fast = fast + np.asarray(x - x_slow, dtype=np.int64)
+                admitted = admitted + x
+                if n > 1:
+                    area = area + waiting
         self.busy = slow + fast
         self.busy_fast = fast
         self._busy_seen = self.busy.copy()
@@ -315,6 +320,75 @@ class Traffic(Scheduling):
             for rid in ready[:k]:
                 self.preemptions[p] += 1
                 self._crash(self.replicas[rid], fatal=False)
+
+
+SCALAR_POOLS = 4  # up to this many pools, the sub-steps run on Python ints (see below)
+
+
+def _all_int64(*arrays: I64) -> bool:
+    return all(a.dtype == np.int64 for a in arrays)
+
+
+def _substeps_scalar(
+    rng: np.random.Generator,
+    n: int,
+    slow_a: I64,
+    fast_a: I64,
+    seats_a: I64,
+    waiting_a: I64,
+    arrivals_a: I64,
+    probs: tuple[F64, F64, F64],
+) -> tuple[I64, I64, I64, I64, I64, I64]:
+    """The sub-step loop of ``_queue_arithmetic`` on Python ints, for a fleet of a few pools.
+
+    Each numpy operation costs about a microsecond whatever the size, so on one to a few pools
+    the loop's dozen array operations per sub-step were most of the step. Here every quantity is
+    an integer (exact either way) and every draw is the scalar call on the same generator, in
+    the same order (all pools' slow-phase completions, then fast, then arrivals, then phases of
+    the admitted, sub-step after sub-step), skipping zeros as numpy does: the numbers are the
+    array loop's, bit for bit. Returns (done, admitted, slow, fast, waiting, area) as arrays.
+    """
+    draw = rng.binomial
+    p1, p2, pi = (p.tolist() for p in probs)
+    slow = slow_a.tolist()
+    fast = fast_a.tolist()
+    seats = seats_a.tolist()
+    waiting = waiting_a.tolist()
+    left = arrivals_a.tolist()
+    pools = len(slow)
+    done = [0] * pools
+    admitted = [0] * pools
+    area = [0] * pools
+    for j in range(n):
+        d_slow = [draw(k, p) if k else 0 for k, p in zip(slow, p1, strict=True)]
+        d_fast = [draw(k, p) if k else 0 for k, p in zip(fast, p2, strict=True)]
+        for i in range(pools):
+            slow[i] -= d_slow[i]
+            fast[i] -= d_fast[i]
+            done[i] += d_slow[i] + d_fast[i]
+        if n == 1:
+            arrive = left
+        else:
+            share = 1.0 / (n - j)
+            arrive = [draw(k, share) if k else 0 for k in left]
+            left = [a - b for a, b in zip(left, arrive, strict=True)]
+        x = [0] * pools
+        for i in range(pools):
+            w = waiting[i] + arrive[i]
+            x[i] = min(max(seats[i] - slow[i] - fast[i], 0), w)
+            waiting[i] = w - x[i]
+        x_slow = [draw(k, p) if k else 0 for k, p in zip(x, pi, strict=True)]
+        for i in range(pools):
+            slow[i] += x_slow[i]
+            fast[i] += x[i] - x_slow[i]
+            admitted[i] += x[i]
+            if n > 1:
+                area[i] += waiting[i]
+
+    def arr(v: list[int]) -> I64:
+        return np.array(v, dtype=np.int64)
+
+    return arr(done), arr(admitted), arr(slow), arr(fast), arr(waiting), arr(area)
 
 
 def _admit(queue: I64, free: I64) -> I64:
