@@ -16,9 +16,10 @@ or all of it at once against a git revision (``--baseline``, default ``main``):
 
 What is written: every drill of ``examples/drills`` through ``gameday run --seed 7 --json``
 (and the L5 drill again with ``--jitter``), every scenario of ``examples/scenarios`` through
-``respond --json``, and for the demo, P/D and training fleets the twin's recorded series
-(every value of every family, dense and sparse) after one simulated hour, for seeds 1, 2 and 3,
-with the run's summary. Wall-clock durations, which no result carries, are not compared.
+``respond --json``, and for the demo, P/D and training fleets and a one-cell fleet (the small
+cell of ``cell_vs_simpy.py``, at 95% utilisation) the twin's recorded series (every value of
+every family, dense and sparse) after one simulated hour, for seeds 1, 2 and 3, with the run's
+summary. Wall-clock durations, which no result carries, are not compared.
 """
 
 from __future__ import annotations
@@ -73,14 +74,19 @@ def _write_series(out: Path) -> None:
     import json
 
     import numpy as np
+    from queue_fidelity import _spec
 
     from firedrill.specfile import load_fleet, spec_sha256
     from firedrill.twin.engine import Twin
     from firedrill.twin.run import summarize
 
-    for fleet_file in SERIES_FLEETS:
-        path = ROOT / "examples" / fleet_file
-        fleet = load_fleet(path)
+    fleets = [
+        (Path(f).stem, load_fleet(ROOT / "examples" / f), ROOT / "examples" / f)
+        for f in SERIES_FLEETS
+    ]
+    # a fleet of one pool (the small cell of cell_vs_simpy.py, at 95%): the few-pools paths
+    fleets.append(("one-cell", _spec(2.0, 2, 8, 1, [0.95]), None))
+    for stem_name, fleet, path in fleets:
         for seed in SERIES_SEEDS:
             twin = Twin(fleet, seed)
             twin.run_for(3600.0)
@@ -95,8 +101,8 @@ def _write_series(out: Path) -> None:
             for name in sorted(store.sparse):
                 for labels, log in sorted(store.sparse[name].items(), key=lambda x: repr(x[0])):
                     h.update(f"{name}{labels!r}{log.t_s!r}{log.values!r}".encode())
-            summary = summarize(twin, spec_sha256=spec_sha256(path))
-            stem = f"series-{Path(fleet_file).stem}-seed{seed}"
+            summary = summarize(twin, spec_sha256=spec_sha256(path) if path else "")
+            stem = f"series-{stem_name}-seed{seed}"
             (out / f"{stem}.sha256").write_text(h.hexdigest() + "\n")
             (out / f"{stem}.summary.json").write_text(json.dumps(summary, sort_keys=True) + "\n")
             print(f"{stem}: {h.hexdigest()[:16]}", flush=True)
