@@ -88,3 +88,13 @@ bench-webhook: $(STAMP)
 ## bench-board: the incident board with 1,000 open incidents and 100 updates/s (serve on loopback)
 bench-board: $(STAMP)
 	$(BIN)/python benchmarks/board_bench.py --incidents 1000 --rate 100 --seconds 10
+
+## bench-step: the twin step's fixed cost, the code at BASELINE and this tree side by side on the
+## same seeds (one L5 drill, a small cell against SimPy, a 20-run sweep), after proving every
+## example's output byte for byte unchanged
+BASELINE ?= main
+bench-step: $(STAMP)
+	$(BIN)/python benchmarks/same_outputs.py check --baseline $(BASELINE)
+	$(BIN)/python benchmarks/drill_bench.py --baseline $(BASELINE) --rounds 3 --repeats 3
+	$(BIN)/python benchmarks/cell_vs_simpy.py --baseline $(BASELINE) --hours 24 --repeats 1
+	$(BIN)/python benchmarks/drill_runs_bench.py --baseline $(BASELINE) --runs 20

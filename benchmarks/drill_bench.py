@@ -12,6 +12,11 @@ reported next to wall time: where wall exceeds CPU, the run waited for a core.
     python benchmarks/drill_bench.py --drill examples/drills/l7-failback.yaml --repeats 3
     python benchmarks/drill_bench.py --profile 25           # cProfile, top 25 by cumulative time
     python benchmarks/drill_bench.py --runs 1000 --executor process --workers 2   # many runs
+    python benchmarks/drill_bench.py --baseline main --rounds 3   # old code and this tree
+
+``--baseline REV`` measures ``REV``'s code and this tree's side by side (``side_by_side.py``):
+``--rounds`` child processes per side, alternating old and new, each doing the warm-up and
+``--repeats`` runs with the same seed; it prints each side's minimum CPU time and the ratio.
 """
 
 from __future__ import annotations
@@ -40,11 +45,17 @@ def main() -> int:
     ap.add_argument("--profile", type=int, default=0, help="profile one run; print the top N")
     ap.add_argument("--json", type=Path, default=None, help="write the numbers as JSON")
     ap.add_argument("--runs", type=int, default=0, help="sweep N runs: drill_runs_bench.py")
+    ap.add_argument("--baseline", default=None, help="git revision to measure side by side")
+    ap.add_argument("--rounds", type=int, default=3, help="--baseline: children per side")
     args, rest = ap.parse_known_args()
+    if args.baseline is not None and not args.runs:
+        return _side_by_side(args)
     if args.runs:  # many runs (--executor, --workers …): drill_runs_bench.py's options
         from drill_runs_bench import main as sweep
 
         more = ["--json", str(args.json)] if args.json is not None else []
+        if args.baseline is not None:
+            more += ["--baseline", args.baseline]
         return sweep(["--drill", str(args.drill), "--runs", str(args.runs), *rest, *more])
     if rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -110,6 +121,45 @@ def main() -> int:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+def _side_by_side(args: argparse.Namespace) -> int:
+    from side_by_side import run_child, sides
+
+    child = ["--drill", str(args.drill), "--repeats", str(args.repeats)]
+    if args.seed is not None:
+        child += ["--seed", str(args.seed)]
+    both = sides(args.baseline)
+    cpu: dict[str, list[float]] = {label: [] for label, _ in both}
+    wall: dict[str, list[float]] = {label: [] for label, _ in both}
+    verdicts: dict[str, set[str]] = {label: set() for label, _ in both}
+    for r in range(args.rounds):
+        for label, src in both:
+            got = run_child(Path(__file__).resolve(), child, src)
+            cpu[label].append(got["cpu_s"]["min"])
+            wall[label].append(got["wall_s"]["min"])
+            verdicts[label].add(got["verdict"])
+            print(f"round {r + 1} {label:<16} cpu min {got['cpu_s']['min']:.3f} s", flush=True)
+    (old, _), (new, _) = both
+    ratio = min(cpu[old]) / min(cpu[new])
+    print(f"{args.drill.name}: {args.rounds} rounds x {args.repeats} repeats per side")
+    for label, _ in both:
+        print(
+            f"  {label:<16} cpu min {min(cpu[label]):.3f} s  wall min {min(wall[label]):.3f} s"
+            f"  verdict {', '.join(sorted(verdicts[label]))}"
+        )
+    print(f"  old / new (cpu min): {ratio:.2f}x")
+    if args.json is not None:
+        payload = {
+            "drill": str(args.drill.name),
+            "baseline": args.baseline,
+            "cpu_min_s": {k: min(v) for k, v in cpu.items()},
+            "wall_min_s": {k: min(v) for k, v in wall.items()},
+            "ratio_old_over_new": round(ratio, 3),
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 
 

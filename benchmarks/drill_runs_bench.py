@@ -16,12 +16,21 @@ measured RTO; when several sweeps of the same size ran, it says whether their su
 identical (they must be). ``--profile`` runs the drill once under cProfile (after a warm-up
 run) and prints the time by package (twin, detection, drill runner, …) and the top functions.
 The machine is printed first; ``--json PATH`` also writes the results.
+
+``--baseline REV`` sweeps ``REV``'s code and this tree's side by side (``side_by_side.py``), each
+in a child process on one core (serial executor), ``--rounds`` times alternately, with the same
+seeds: it prints each side's CPU seconds per run (minimum over rounds), the ratio, the projected
+time of 1,000 runs on 2 cores, and whether both sides' summaries are identical (a change made
+for speed must leave them so):
+
+    .venv/bin/python benchmarks/drill_runs_bench.py --baseline cec5384 --runs 40
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import json
 import pstats
 import resource
@@ -93,6 +102,9 @@ def sweeps(
                 "pass_rate": summary["pass_rate"],
                 "verdicts": summary["verdicts"],
                 "measured_rto": {p: summary["measured"][p] for p in ("p50", "p95", "p99")},
+                "summary_sha256": hashlib.sha256(
+                    json.dumps(summary, sort_keys=True, default=str).encode()
+                ).hexdigest(),
             }
             out.append(row)
             used = "" if cpu is None else f" ({cpu / runs:.2f} cpu s/run, {cpu / wall:.2f} cores)"
@@ -151,6 +163,49 @@ def profile(path: Path, top: int) -> dict[str, Any]:
     return {"total_s": round(total, 3), "by_area_s": {k: round(v, 3) for k, v in by_area.items()}}
 
 
+def side_by_side(args: argparse.Namespace) -> int:
+    from side_by_side import run_child, sides
+
+    child = ["--drill", str(args.drill), "--runs", str(args.runs), "--seed", str(args.seed)]
+    child += ["--executor", "serial", "--workers", "1"]
+    both = sides(args.baseline)
+    per_run: dict[str, list[float]] = {label: [] for label, _ in both}
+    digests: set[str] = set()
+    for r in range(args.rounds):
+        for label, src in both:
+            (row,) = run_child(Path(__file__).resolve(), child, src)["results"]
+            per_run[label].append(row["cpu_s_per_run"])
+            digests.add(row["summary_sha256"])
+            print(
+                f"round {r + 1} {label:<16} {args.runs} runs: {row['cpu_s_per_run']:.3f} cpu s/run,"
+                f" pass rate {row['pass_rate']:.1%}, RTO p50/p95/p99 "
+                f"{row['measured_rto']['p50']}/{row['measured_rto']['p95']}/"
+                f"{row['measured_rto']['p99']} s",
+                flush=True,
+            )
+    (old, _), (new, _) = both
+    ratio = min(per_run[old]) / min(per_run[new])
+    for label, _ in both:
+        best = min(per_run[label])
+        print(
+            f"  {label:<16} {best:.3f} cpu s/run; 1,000 runs on 2 free cores ~ "
+            f"{1000 * best / 2 / 60:.1f} min"
+        )
+    print(f"  old / new (cpu s per run): {ratio:.2f}x")
+    print(f"  summaries identical old vs new: {'yes' if len(digests) == 1 else 'NO'}")
+    if args.json is not None:
+        payload = {
+            "baseline": args.baseline,
+            "runs": args.runs,
+            "cpu_s_per_run": {k: min(v) for k, v in per_run.items()},
+            "ratio_old_over_new": round(ratio, 3),
+            "identical": len(digests) == 1,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0 if len(digests) == 1 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--drill", type=Path, default=DRILL)
@@ -161,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="profile one run instead")
     ap.add_argument("--top", type=int, default=25, help="--profile: functions to list")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--baseline", default=None, help="git revision to sweep side by side")
+    ap.add_argument("--rounds", type=int, default=1, help="--baseline: sweeps per side")
     args = ap.parse_args(argv)
+    if args.baseline is not None:
+        return side_by_side(args)
     machine = machine_info()
     print(" ".join(f"{k}={v}" for k, v in machine.items()))
     results: Any

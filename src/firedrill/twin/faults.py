@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from firedrill.model.spec import REMEDIABLE_KINDS, REMEDIABLE_XIDS, FaultsSpec, XidRateSpec
+from firedrill.twin.draws import poisson
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,19 @@ class FaultProcess:
         self.phantom_rate_s = spec.phantom_xid_per_node_hour / 3600.0
         self.phantom_xid = spec.phantom_xid
         self.bad_nodes: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._lam_key = (-1.0, -1)
+        self._lam = self.per_node_s
 
     def set_bad_nodes(self, bad: npt.NDArray[np.int64]) -> None:
         self.bad_nodes = bad
 
     def sample(self, t_s: float, dt_s: float) -> list[FaultEvent]:
         out: list[FaultEvent] = []
-        counts = self.rng.poisson(self.per_node_s * self.nodes * dt_s)
-        if counts.any():
+        if (dt_s, self.nodes) != self._lam_key:  # rates for this step and fleet size, once
+            self._lam = self.per_node_s * self.nodes * dt_s
+            self._lam_key = (dt_s, self.nodes)
+        counts = poisson(self.rng, self._lam)  # no classes: nothing drawn, as numpy does
+        if np.count_nonzero(counts):
             for ci in np.nonzero(counts)[0]:
                 cls = self.classes[int(ci)]
                 for _ in range(int(counts[ci])):

@@ -194,10 +194,11 @@ class Scheduling(TwinState):
                 ready_total -= 1
         # surplus of a planned digest (scale-in, smaller canary)
         for d, n in plan.items():
-            have = sorted(
-                (r for r in live if r.digest == d and r.state in LIVE), key=_removal_order
-            )
-            for r in have[: max(0, len(have) - n)]:
+            have = [r for r in live if r.digest == d and r.state in LIVE]
+            if len(have) <= n:
+                continue  # no surplus: nothing to order
+            have.sort(key=_removal_order)
+            for r in have[: len(have) - n]:
                 self.remove_replica(r, graceful=True)
         unscheduled = False
         for rid in sorted(self.pool_replicas[p]):
@@ -216,7 +217,9 @@ class Scheduling(TwinState):
         return ok
 
 
+# least useful first: pending, ejected, pulling, loading, warming, then ready (newest first)
+_REMOVAL_RANK = {PENDING: 0, EJECTED: 1, PULLING: 2, LOADING: 3, WARMING: 4, READY: 5}
+
+
 def _removal_order(r: Replica) -> tuple[int, int]:
-    # least useful first: pending, ejected, pulling, loading, warming, then ready (newest first)
-    rank = {PENDING: 0, EJECTED: 1, PULLING: 2, LOADING: 3, WARMING: 4, READY: 5}.get(r.state, 6)
-    return (rank, -r.id)
+    return (_REMOVAL_RANK.get(r.state, 6), -r.id)

@@ -266,6 +266,10 @@ class TwinState:
         for ci, ri in enumerate(self.cell_region):
             self.region_mask[ri, ci] = 1.0
         self.cross_mask = 1.0 - self.region_mask
+        self._routing_key: tuple[bytes, bytes, bytes] | None = None  # traffic.routing_matrix
+        self._routing_share: F64 = np.zeros((0, 0, 0))
+        self._cuts_key: frozenset[tuple[str, str, str]] | None = None  # traffic._partition_losses
+        self._cuts: tuple[list[tuple[int, int, int, int]], list[int]] = ([], [])
         self.product_to_model = np.zeros((nm, len(spec.products)))
         for pi, prod in enumerate(spec.products):
             self.product_to_model[self.model_index[prod.model], pi] = 1.0

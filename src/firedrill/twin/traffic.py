@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from firedrill.twin.draws import binomial, poisson
 from firedrill.twin.replica import ReplicaState
 from firedrill.twin.scheduling import Scheduling
 from firedrill.twin.serving import decode_step_s, lattice_service, queue_substeps
@@ -32,13 +33,26 @@ class Traffic(Scheduling):
         weights; a region whose cells all have weight 0 (drained, quarantined) spills to every
         other cell in proportion to theirs.
         """
+        homing = self.recovery.homing
+        # it changes only with the weights, quarantines and region weights: computed once for
+        # each of their values (the result is read-only, shared by every step until then)
+        key = (
+            self.weights.tobytes(),
+            self.cell_quarantined.tobytes(),
+            homing.home.tobytes() if homing.rerouting else b"",
+        )
+        if key == self._routing_key:
+            return self._routing_share, self.cross_mask
         w = self.weights * ~self.cell_quarantined  # [models, cells]
         local = w[:, None, :] * self.region_mask[None, :, :]  # [models, regions, cells]
         local_sum = local.sum(axis=2, keepdims=True)
         glob = w[:, None, :] / np.maximum(w.sum(axis=1), 1e-300)[:, None, None]
         share = np.where(local_sum > 0, local / np.maximum(local_sum, 1e-300), glob)
-        if self.recovery.homing.rerouting:
-            share = self.recovery.homing.reroute(share, w)
+        if homing.rerouting:
+            share = homing.reroute(share, w)
+        share.flags.writeable = False
+        self._routing_key = key
+        self._routing_share = share
         return share, self.cross_mask
 
     def _serve(self) -> None:
@@ -63,15 +77,15 @@ class Traffic(Scheduling):
         if self.recovery.homing.mirroring:
             self.recovery.homing.warm(d_model)
         coldness = np.clip(1.0 - self.lam_warm / np.maximum(lam, 1e-12), 0.0, 1.0)
-        arrivals = self.rng.poisson((lam + lost) * self.dt)
+        arrivals = poisson(self.rng, (lam + lost) * self.dt)
         n_lost = None
-        if lost.any():
-            n_lost = self.rng.binomial(arrivals, lost / np.maximum(lam + lost, 1e-12))
+        if np.count_nonzero(lost):
+            n_lost = binomial(self.rng, arrivals, lost / np.maximum(lam + lost, 1e-12))
             arrivals = arrivals - n_lost
         failed_fast = None
-        if self.error_fraction.any() and self.error_fail_fast.any():
+        if np.count_nonzero(self.error_fraction) and np.count_nonzero(self.error_fail_fast):
             # a fail-fast 5xx is answered at once: it never waits for, nor holds, a seat
-            failed_fast = self.rng.binomial(arrivals, self.error_fraction * self.error_fail_fast)
+            failed_fast = binomial(self.rng, arrivals, self.error_fraction * self.error_fail_fast)
             arrivals = arrivals - failed_fast
         serving = self.ready  # replicas with seats: a disaggregated pool's decode replicas
         if self.pd is not None:
@@ -80,7 +94,7 @@ class Traffic(Scheduling):
         seats = serving * self.seats_int
         no_capacity = serving == 0
         dropped = None
-        if no_capacity.any():
+        if np.count_nonzero(no_capacity):
             # requests with nowhere to go fail at the gateway, and so does the queue
             dropped = np.where(no_capacity, arrivals + self.queue.sum(axis=1), 0)
             arrivals = np.where(no_capacity, 0, arrivals)
@@ -95,15 +109,15 @@ class Traffic(Scheduling):
         service = prefill_s + self.shape.output_mean * tpot
         overflow = np.maximum(self.busy - ready * self.kv_seats_per_replica, 0.0)
         keep = None
-        if overflow.any():
+        if np.count_nonzero(overflow):
             keep = 1.0 - overflow / np.maximum(self.busy, 1)
-            self.preemptions += self.rng.poisson(overflow * 0.05 * self.dt)
+            self.preemptions += poisson(self.rng, overflow * 0.05 * self.dt)
         # queue: age cohorts, time out the oldest; completions and FIFO admissions in sub-steps
         q = self.queue
         q[:, 1:] = q[:, :-1]
         q[:, 0] = 0
         timed_out = self._zeros_i
-        if q[:, 1:].any():
+        if np.count_nonzero(q[:, 1:]):
             expired = q * self.timeout_mask
             timed_out = expired.sum(axis=1)
             q -= expired
@@ -111,7 +125,7 @@ class Traffic(Scheduling):
             service, keep, seats, arrivals, q[:, 1:].sum(axis=1)
         )
         q[:, 0] = arrivals
-        if q[:, 1:].any():
+        if np.count_nonzero(q[:, 1:]):
             self._pending_admit += _admit(q, admitted)
         else:
             q[:, 0] -= admitted
@@ -125,11 +139,11 @@ class Traffic(Scheduling):
         self._extra_acc += admitted * extra
         # completions: TPOT histogram (one observation per finished request), success counters
         tpot_bin = np.searchsorted(TPOT_EXPORT, tpot / slow_mix)
-        np.add.at(self.tpot_hist, (self.pool_range, tpot_bin), done)
+        self.tpot_hist[self.pool_range, tpot_bin] += done  # one bin per pool: no repeats
         self.tpot_sum += done * tpot
-        if self.error_fraction.any() and not self.error_fail_fast.all():
+        if np.count_nonzero(self.error_fraction) and not self.error_fail_fast.all():
             # a hanging 5xx held its seat for the whole service and fails at the end
-            failed = self.rng.binomial(done, self.error_fraction * ~self.error_fail_fast)
+            failed = binomial(self.rng, done, self.error_fraction * ~self.error_fail_fast)
             self.errors += failed  # counted as requests when they arrived
             done = done - failed
         self.ok += done
@@ -178,41 +192,48 @@ class Traffic(Scheduling):
         busy = self.busy
         fast = self.busy_fast
         moved = busy != self._busy_seen  # a crash or a gateway drop took seats since last step
-        if moved.any():
+        if np.count_nonzero(moved):
             fast = np.where(moved, fast * busy // np.maximum(self._busy_seen, 1), fast)
         fast = np.minimum(fast, busy)
         slow = busy - fast
         contended = (waiting > 0) | (arrivals > seats - busy)
-        n = queue_substeps(self.dt, float(service[contended].min())) if contended.any() else 1
+        n = 1
+        if np.count_nonzero(contended):
+            n = queue_substeps(self.dt, float(service[contended].min()))
         h = self.dt / n
         pi, p1, p2 = lattice_service(service / h)
         if keep is not None:
             p1 = p1 * keep
             p2 = p2 * keep
-        done = self._zeros_i
-        admitted = self._zeros_i
-        area = self._zeros_i
-        left = arrivals
-        for j in range(n):
-            d_slow = rng.binomial(slow, p1)
-            d_fast = rng.binomial(fast, p2)
-            slow = slow - d_slow
-            fast = fast - d_fast
-            done = done + d_slow + d_fast
-            if n == 1:
-                arrive = arrivals
-            else:
-                arrive = rng.binomial(left, 1.0 / (n - j))
-                left = left - arrive
-            waiting = waiting + arrive
-            x = np.minimum(np.maximum(seats - slow - fast, 0), waiting)
-            waiting = waiting - x
-            x_slow = rng.binomial(x, pi)
-            slow = slow + x_slow
-            fast = fast + np.asarray(x - x_slow, dtype=np.int64)
-            admitted = admitted + x
-            if n > 1:
-                area = area + waiting
+        if self.n_pools <= SCALAR_POOLS and _all_int64(slow, fast, seats, waiting, arrivals):
+            done, admitted, slow, fast, waiting, area = _substeps_scalar(
+                rng, n, slow, fast, seats, waiting, arrivals, (p1, p2, pi)
+            )
+        else:
+            done = self._zeros_i
+            admitted = self._zeros_i
+            area = self._zeros_i
+            left = arrivals
+            for j in range(n):
+                d_slow = binomial(rng, slow, p1)
+                d_fast = binomial(rng, fast, p2)
+                slow = slow - d_slow
+                fast = fast - d_fast
+                done = done + d_slow + d_fast
+                if n == 1:
+                    arrive = arrivals
+                else:
+                    arrive = binomial(rng, left, 1.0 / (n - j))
+                    left = left - arrive
+                waiting = waiting + arrive
+                x = np.minimum(np.maximum(seats - slow - fast, 0), waiting)
+                waiting = waiting - x
+                x_slow = binomial(rng, x, pi)
+                slow = slow + x_slow
+                fast = fast + np.asarray(x - x_slow, dtype=np.int64)
+                admitted = admitted + x
+                if n > 1:
+                    area = area + waiting
         self.busy = slow + fast
         self.busy_fast = fast
         self._busy_seen = self.busy.copy()
@@ -231,23 +252,40 @@ class Traffic(Scheduling):
         """
         lam = lam.copy()
         lost = lost.copy()
+        key = frozenset(self.partitions)
+        if key != self._cuts_key:
+            self._cuts = self._plan_cuts()
+            self._cuts_key = key
+        crossing, edge_cut = self._cuts
+        for mi, ri, ci, p in crossing:
+            f = flow[mi, ri, ci]
+            if f > 0:
+                lam[p] -= f
+                lost[p] += f
+        for p in edge_cut:
+            lost[p] += lam[p]
+            lam[p] = 0.0
+        return np.maximum(lam, 0.0), lost
+
+    def _plan_cuts(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+        """For the partitions of the moment: the (model, region, cell, pool) routes that cross a
+        cut, and the pools of regions cut off from the edge, in the order the losses apply."""
         nc = len(self.cell_names)
+        crossing = []
         for mi in range(len(self.models)):
             for ri in range(len(self.region_names)):
                 if ("region-edge", self.region_names[ri], "edge") in self.partitions:
                     continue
                 for ci in range(nc):
-                    f = flow[mi, ri, ci]
-                    if f > 0 and self.regions_cut(ri, self.cell_region[ci]):
-                        lam[mi * nc + ci] -= f
-                        lost[mi * nc + ci] += f
-        for ci in range(nc):
-            if ("region-edge", self.region_names[self.cell_region[ci]], "edge") in self.partitions:
-                for mi in range(len(self.models)):
-                    p = mi * nc + ci
-                    lost[p] += lam[p]
-                    lam[p] = 0.0
-        return np.maximum(lam, 0.0), lost
+                    if self.regions_cut(ri, self.cell_region[ci]):
+                        crossing.append((mi, ri, ci, mi * nc + ci))
+        edge_cut = [
+            mi * nc + ci
+            for ci in range(nc)
+            if ("region-edge", self.region_names[self.cell_region[ci]], "edge") in self.partitions
+            for mi in range(len(self.models))
+        ]
+        return crossing, edge_cut
 
     def flush_ttft(self) -> None:
         """Bin the requests admitted since the last flush into the TTFT histogram."""
@@ -262,7 +300,7 @@ class Traffic(Scheduling):
         self.ttft_sum += sums
         self.queue_wait_sum += pend @ self.age_wait_s + self._wait_corr_acc
         self.admitted_total += n
-        length = self.rng.binomial(n, 0.1)
+        length = binomial(self.rng, n, 0.1)
         self.success_length += length
         self.success_stop += n - length
         self.generation_tokens += n * self.shape.output_mean
@@ -282,6 +320,75 @@ class Traffic(Scheduling):
             for rid in ready[:k]:
                 self.preemptions[p] += 1
                 self._crash(self.replicas[rid], fatal=False)
+
+
+SCALAR_POOLS = 4  # up to this many pools, the sub-steps run on Python ints (see below)
+
+
+def _all_int64(*arrays: I64) -> bool:
+    return all(a.dtype == np.int64 for a in arrays)
+
+
+def _substeps_scalar(
+    rng: np.random.Generator,
+    n: int,
+    slow_a: I64,
+    fast_a: I64,
+    seats_a: I64,
+    waiting_a: I64,
+    arrivals_a: I64,
+    probs: tuple[F64, F64, F64],
+) -> tuple[I64, I64, I64, I64, I64, I64]:
+    """The sub-step loop of ``_queue_arithmetic`` on Python ints, for a fleet of a few pools.
+
+    Each numpy operation costs about a microsecond whatever the size, so on one to a few pools
+    the loop's dozen array operations per sub-step were most of the step. Here every quantity is
+    an integer (exact either way) and every draw is the scalar call on the same generator, in
+    the same order (all pools' slow-phase completions, then fast, then arrivals, then phases of
+    the admitted, sub-step after sub-step), skipping zeros as numpy does: the numbers are the
+    array loop's, bit for bit. Returns (done, admitted, slow, fast, waiting, area) as arrays.
+    """
+    draw = rng.binomial
+    p1, p2, pi = (p.tolist() for p in probs)
+    slow = slow_a.tolist()
+    fast = fast_a.tolist()
+    seats = seats_a.tolist()
+    waiting = waiting_a.tolist()
+    left = arrivals_a.tolist()
+    pools = len(slow)
+    done = [0] * pools
+    admitted = [0] * pools
+    area = [0] * pools
+    for j in range(n):
+        d_slow = [draw(k, p) if k else 0 for k, p in zip(slow, p1, strict=True)]
+        d_fast = [draw(k, p) if k else 0 for k, p in zip(fast, p2, strict=True)]
+        for i in range(pools):
+            slow[i] -= d_slow[i]
+            fast[i] -= d_fast[i]
+            done[i] += d_slow[i] + d_fast[i]
+        if n == 1:
+            arrive = left
+        else:
+            share = 1.0 / (n - j)
+            arrive = [draw(k, share) if k else 0 for k in left]
+            left = [a - b for a, b in zip(left, arrive, strict=True)]
+        x = [0] * pools
+        for i in range(pools):
+            w = waiting[i] + arrive[i]
+            x[i] = min(max(seats[i] - slow[i] - fast[i], 0), w)
+            waiting[i] = w - x[i]
+        x_slow = [draw(k, p) if k else 0 for k, p in zip(x, pi, strict=True)]
+        for i in range(pools):
+            slow[i] += x_slow[i]
+            fast[i] += x[i] - x_slow[i]
+            admitted[i] += x[i]
+            if n > 1:
+                area[i] += waiting[i]
+
+    def arr(v: list[int]) -> I64:
+        return np.array(v, dtype=np.int64)
+
+    return arr(done), arr(admitted), arr(slow), arr(fast), arr(waiting), arr(area)
 
 
 def _admit(queue: I64, free: I64) -> I64:
