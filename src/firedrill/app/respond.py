@@ -4,6 +4,11 @@ expectations checked, and its incidents kept in the store when one is named.
 The store is opened (and migrated) before the run, so a bad store is refused with nothing run;
 a store that fails while keeping the incidents does not lose the run: the outcome carries the
 error next to the report, and the caller writes the report before saying so.
+
+With a ``target`` the scenario runs against a twin served by ``firedrill twin serve`` (its control
+API, ``RemoteTwin``) instead of a fresh embedded one. Its times count from the fleet's start, and
+its expectations name the fleet's cells, models and tenants, so a served twin is refused (nothing
+applied) when it serves another fleet or is already past the scenario's first event.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from firedrill.errors import StoreError
+from firedrill.errors import FiredrillError, StoreError
 from firedrill.scenario.result import RespondReport
 
 if TYPE_CHECKING:
     from firedrill.detect.slo import SloSpec
     from firedrill.model.spec import FleetSpec
+    from firedrill.ports import ScenarioWorld, ScenarioWorldFactory
     from firedrill.remediate.policy import PolicySpec
     from firedrill.respond.responder import Mode
     from firedrill.scenario.spec import ScenarioSpec
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
     from firedrill.store.ingest import Persisted
 
 __all__ = [
+    "DEFAULT_TOKEN_FILE",
     "LoadedScenario",
     "RespondOutcome",
     "db_url",
@@ -34,6 +41,9 @@ __all__ = [
     "open_for_writing",
     "respond",
 ]
+
+
+DEFAULT_TOKEN_FILE = Path(".firedrill/twin-token")
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,59 @@ def keep_incidents(
         return persist_report(session, report.to_json(), actor=actor, run_at_s=run_at_s)
 
 
+def _differing(a: object, b: object, where: str = "") -> list[str]:
+    """The fields (dotted paths) where two JSON-like values differ, at most a few."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(a.keys() | b.keys()):
+            out += _differing(a.get(key), b.get(key), f"{where}.{key}" if where else str(key))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differing(x, y, f"{where}[{i}]")
+        ]
+    return [] if a == b else [where or "(the whole spec)"]
+
+
+def check_served(world: ScenarioWorld, loaded: LoadedScenario, target: str) -> None:
+    """Refuse a served twin the scenario cannot run on: another fleet, or a twin already past
+    the scenario's first event (its times count from the fleet's start). ``FiredrillError``."""
+    served = world.fleet_spec().model_dump(mode="json")
+    wanted = loaded.fleet.model_dump(mode="json")
+    if served != wanted:
+        fields = _differing(served, wanted)
+        shown = ", ".join(fields[:5]) + (f" and {len(fields) - 5} more" if len(fields) > 5 else "")
+        raise FiredrillError(
+            f"the twin at {target} serves fleet {served.get('name')!r}, not the scenario's "
+            f"{wanted.get('name')!r} as specified (differs in {shown}): serve the scenario's "
+            f"fleet (with its fleet_overrides) at its seed {loaded.spec.seed}"
+        )
+    first = min((e.at_s for e in loaded.spec.timeline if e.at_s > 0), default=None)
+    now = world.now_s()
+    if first is not None and now >= first:
+        raise FiredrillError(
+            f"the twin at {target} is already at {now:.0f} s, past the scenario's first event "
+            f"at {first:.0f} s: a scenario counts its time from the fleet's start (serve a fresh "
+            f"twin)"
+        )
+
+
+def served_world(loaded: LoadedScenario, target: str, token_file: Path) -> ScenarioWorldFactory:
+    """The factory a scenario gets for the twin served at ``target``: the one world there,
+    checked (``check_served``) before the run; ``FiredrillError`` for a bad target or token."""
+    from firedrill.adapters.worlds import load_token, remote_scenario
+
+    world = remote_scenario(target, load_token(token_file))
+    check_served(world, loaded, target)
+
+    def make_world(fleet: FleetSpec, seed: int, hours: float) -> ScenarioWorld:
+        return world
+
+    return make_world
+
+
 def respond(
     *,
     loaded: LoadedScenario,
@@ -107,16 +170,23 @@ def respond(
     mode: Mode | None = None,
     db: str | None = None,
     progress: Callable[[float], None] | None = None,
+    target: str | None = None,
+    token_file: Path = DEFAULT_TOKEN_FILE,
 ) -> RespondOutcome:
     """Run the scenario, check its expectations, keep its incidents in ``db`` (if given).
 
-    Raises ``StoreError`` before running anything when ``db`` cannot be opened for writing.
+    With ``target`` it runs against the twin served there (``twin serve``), driven with the
+    control token from ``$FIREDRILL_TWIN_TOKEN`` or ``token_file``.
+
+    Raises ``StoreError`` before running anything when ``db`` cannot be opened for writing, and
+    ``FiredrillError`` (nothing applied) for a target that cannot run the scenario.
     """
     from firedrill.adapters.worlds import EMBEDDED_SCENARIO
     from firedrill.scenario.expect import evaluate
     from firedrill.scenario.report import respond_report
     from firedrill.scenario.run import run_scenario
 
+    make_world = EMBEDDED_SCENARIO if target is None else served_world(loaded, target, token_file)
     store = None if db is None else open_for_writing(db)
     try:
         run = run_scenario(
@@ -124,7 +194,7 @@ def respond(
             loaded.fleet,
             loaded.slo,
             loaded.policy,
-            make_world=EMBEDDED_SCENARIO,
+            make_world=make_world,
             progress=progress,
             mode=mode,
         )

@@ -607,8 +607,20 @@ def respond(
             "verify them (default: the scenario's responder policy, else advise).",
         ),
     ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target", help="Run against a twin served by `twin serve` (URL), not embedded."
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path, typer.Option("--token-file", help="The served twin's control token.")
+    ] = Path(".firedrill/twin-token"),
 ) -> None:
-    """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail."""
+    """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail.
+
+    With --target the scenario runs against a twin served by `twin serve` (serve the scenario's
+    fleet at its seed, with --manual-clock), through its control API."""
     if mode not in (None, "advise", "auto"):
         raise typer.BadParameter(f"--mode is advise or auto, not {mode!r}", param_hint="--mode")
     from firedrill.app.respond import load_scenario
@@ -631,8 +643,12 @@ def respond(
                 mode="auto" if mode == "auto" else "advise" if mode == "advise" else None,
                 db=db,
                 progress=lambda t: progress.update(task, completed=t),
+                target=target,
+                token_file=token_file,
             )
         except StoreError as exc:  # before the run: a bad store is refused, nothing run
+            raise _fail(exc) from exc
+        except FiredrillError as exc:  # a target that cannot run it, or was lost during the run
             raise _fail(exc) from exc
     if json_out is not None:
         _write_output(json_out, outcome.report.dumps())
