@@ -49,12 +49,13 @@ def live(url: str, token: str, prometheus_url: str, *, speed: float = 1.0) -> Li
 def _satisfies(
     embedded: TwinWorld, served: RemoteTwin, live_world: LiveWorld
 ) -> tuple[DrillWorld, DrillWorld, DrillWorld, ScenarioWorld]:
-    """The twins and the live fleet are drill worlds, and both twins scenario worlds
-    (checked by mypy)."""
+    """The twins and the live fleet are drill worlds and scenario worlds (checked by mypy)."""
     drill_world: DrillWorld = embedded
     remote_world: DrillWorld = served
     on_live: DrillWorld = live_world
     scenario_world: ScenarioWorld = embedded
     assert scenario_world is drill_world
     remote_scenario: ScenarioWorld = served
+    live_scenario: ScenarioWorld = live_world
+    assert live_scenario is on_live
     return drill_world, remote_world, on_live, remote_scenario
