@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +40,15 @@ def _firedrill() -> list[str]:
     return [sys.executable, "-c", "from firedrill.cli import main; main()"]
 
 
-@pytest.fixture
-def served_l5_world(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """The twin the L5 drill would build (its fleet at its start hour, its seed), served."""
-    loaded = load_drill(L5)
-    fleet = yaml.safe_load((L5.parent / loaded.spec.fleet).read_text())
-    fleet["start_hour_utc"] = loaded.spec.start_hour_utc
+@contextmanager
+def served_twin(fleet: dict[str, Any], seed: int, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``twin serve`` of ``fleet`` (a fleet spec's YAML data) at ``seed`` on a manual clock, in
+    its own process as an operator starts it: (its URL, its token file); stopped on exit."""
     fleet_path = tmp_path / "fleet.yaml"
     fleet_path.write_text(yaml.safe_dump(fleet, sort_keys=False))
     log_path, token_file = tmp_path / "twin.log", tmp_path / "twin-token"
     args = ["twin", "serve", str(fleet_path), "--port", "0", "--manual-clock"]
-    args += ["--seed", str(loaded.spec.seed), "--token-file", str(token_file)]
+    args += ["--seed", str(seed), "--token-file", str(token_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200")
     env.pop("FIREDRILL_TWIN_TOKEN", None)
     with log_path.open("wb") as log:
@@ -72,6 +71,16 @@ def served_l5_world(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.fixture
+def served_l5_world(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The twin the L5 drill would build (its fleet at its start hour, its seed), served."""
+    loaded = load_drill(L5)
+    fleet = yaml.safe_load((L5.parent / loaded.spec.fleet).read_text())
+    fleet["start_hour_utc"] = loaded.spec.start_hour_utc
+    with served_twin(fleet, loaded.spec.seed, tmp_path) as served:
+        yield served
 
 
 def _gameday(tmp_path: Path, name: str, *extra: str) -> dict[str, Any]:

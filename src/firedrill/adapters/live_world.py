@@ -36,6 +36,12 @@ RTO term cut at an evaluation step is known to that resolution.
 
 ``settle`` waits until Prometheus has scraped past the twin's current time, so the end of a run
 reads the fleet as it was when the run ended, not a scrape before.
+
+A scenario (``firedrill respond --prometheus``) reads more than a drill: JobSets, the sandboxes'
+audit records and compensations, the change journal, flags and quarantines. Those are the fleet's
+state, not signals, so they come from the control endpoint with their times moved by
+``offset_s`` like the change feed's (and the one operation that names a time,
+``RunCompensations``, moved the other way on its way to the twin).
 """
 
 from __future__ import annotations
@@ -55,12 +61,15 @@ from firedrill.adapters.prometheus import PrometheusSignals, selector
 from firedrill.adapters.remote_twin import RemoteTwin
 from firedrill.errors import RemoteWorldError, SignalsMissing
 from firedrill.model.changes import ChangeEvent
-from firedrill.model.operations import Operation
-from firedrill.model.release import DigestRecord, ServingDigest
+from firedrill.model.operations import Applied, Operation, RunCompensations
+from firedrill.model.release import DigestRecord, RolloutView, ServingDigest
+from firedrill.model.sandbox import CompensationRecord, EgressRecord, ToolCallRecord
 from firedrill.model.series import Labels, Series
+from firedrill.model.spec import FleetSpec
 from firedrill.model.state import CellView, FaultRecord, NodeView, ReplicaTransition
+from firedrill.twin.training import JobSetView, RankRecord
 
-__all__ = ["REQUIRED_SERIES", "LiveTiming", "LiveWorld"]
+__all__ = ["REQUIRED_SERIES", "LiveSandboxes", "LiveTiming", "LiveWorld"]
 
 # What a drill cannot judge without (its observer's serving series); named when absent
 REQUIRED_SERIES = (
@@ -126,6 +135,7 @@ class LiveWorld:
         self._sleep = sleep
         self.drift_s = 0.0
         self.max_gap_wall_s: float | None = None
+        self._sandbox = LiveSandboxes(self)
 
     def __repr__(self) -> str:
         return f"LiveWorld({self.control!r}, {self.signals!r}, {self.clock.time_map.speed:g}x)"
@@ -263,10 +273,21 @@ class LiveWorld:
     # -- Fleet and FleetHistory: the control endpoint ---------------------------------------------
 
     def apply(self, op: Operation) -> Operation:
-        return self.control.apply(op)
+        return self._to_run(self.control.apply(self._to_twin(op)))
 
     def inverse_of(self, op: Operation) -> Operation:
-        return self.control.inverse_of(op)
+        return self._to_run(self.control.inverse_of(self._to_twin(op)))
+
+    def _to_twin(self, op: Operation) -> Operation:
+        """An operation that names a time (run seconds), as the twin reads it."""
+        if isinstance(op, RunCompensations):
+            return replace(op, since_s=op.since_s + self.offset_s)
+        return op
+
+    def _to_run(self, op: Operation) -> Operation:
+        if isinstance(op, RunCompensations):
+            return replace(op, since_s=op.since_s - self.offset_s)
+        return op
 
     def node(self, name: str) -> NodeView:
         return self.control.node(name)
@@ -321,6 +342,100 @@ class LiveWorld:
 
     def unsigned_replicas_admitted(self) -> int:
         return self.control.unsigned_replicas_admitted()
+
+    # -- what a scenario reads beyond a drill (ScenarioWorld): the control endpoint, in run time
+
+    def rollout_view(self, model: str) -> RolloutView:
+        return self.control.rollout_view(model)
+
+    def jobset(self, name: str) -> JobSetView:
+        view = self.control.jobset(name)
+        return replace(
+            view,
+            checkpoint_at_s=view.checkpoint_at_s - self.offset_s,
+            started_at_s=view.started_at_s - self.offset_s,
+        )
+
+    def flight_recorder(self, jobset: str) -> Sequence[RankRecord]:
+        return self.control.flight_recorder(jobset)
+
+    def egress_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[EgressRecord]:
+        return self._sandbox.egress_records(start_s=start_s, end_s=end_s, tenant=tenant)
+
+    def tool_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[ToolCallRecord]:
+        return self._sandbox.tool_records(start_s=start_s, end_s=end_s, tenant=tenant)
+
+    def operations(self) -> Sequence[Applied]:
+        return [
+            replace(
+                a,
+                op=self._to_run(a.op),
+                inverse=self._to_run(a.inverse),
+                at_s=a.at_s - self.offset_s,
+            )
+            for a in self.control.operations()
+        ]
+
+    def flags(self) -> Mapping[str, str]:
+        return self.control.flags()
+
+    def quarantined_pods(self) -> frozenset[str]:
+        return self.control.quarantined_pods()
+
+    def quarantine_actions(self) -> Mapping[str, int]:
+        return self.control.quarantine_actions()
+
+    def fleet_spec(self) -> FleetSpec:
+        return self.control.fleet_spec()
+
+    @property
+    def sandbox(self) -> LiveSandboxes:
+        return self._sandbox
+
+
+class LiveSandboxes:
+    """The fleet's sandboxes' audit trail through the control endpoint, in run seconds."""
+
+    def __init__(self, world: LiveWorld) -> None:
+        self._world = world
+
+    def egress_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[EgressRecord]:
+        offset = self._world.offset_s
+        found = self._world.control.egress_records(
+            start_s=start_s + offset, end_s=end_s + offset, tenant=tenant
+        )
+        return [replace(r, at_s=r.at_s - offset) for r in found]
+
+    def tool_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[ToolCallRecord]:
+        offset = self._world.offset_s
+        found = self._world.control.tool_records(
+            start_s=start_s + offset, end_s=end_s + offset, tenant=tenant
+        )
+        return [replace(r, at_s=r.at_s - offset) for r in found]
+
+    def compensations(self, *, tenant: str | None = None) -> Sequence[CompensationRecord]:
+        offset = self._world.offset_s
+        return [
+            replace(c, at_s=c.at_s - offset, completed_at_s=c.completed_at_s - offset)
+            for c in self._world.control.sandbox.compensations(tenant=tenant)
+        ]
+
+    def complete_since_s(self) -> float:
+        return self._world.control.sandbox.complete_since_s() - self._world.offset_s
+
+    def warm_pool(self, tenant: str) -> int:
+        return self._world.control.sandbox.warm_pool(tenant)
+
+    def has_pod(self, pod: str) -> bool:
+        return self._world.control.sandbox.has_pod(pod)
 
 
 def newest_sample_s(signals: PrometheusSignals) -> float | None:

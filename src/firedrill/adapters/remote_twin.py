@@ -1,8 +1,12 @@
-"""``RemoteTwin``: a drill's world (``DrillWorld``) over a ``firedrill twin serve`` control API.
+"""``RemoteTwin``: a drill's and a scenario's world (``DrillWorld``, ``ScenarioWorld``) over a
+``firedrill twin serve`` control API.
 
 A drill that runs against a twin in another process can be killed without taking the world with
 it, which is exactly what recovery has to handle; and the chaos side of a drill then holds only
-a bearer token with inject-only rights, never the world itself. The server side is
+a bearer token with inject-only rights, never the world itself. A scenario (``firedrill respond``)
+reads more of the world than a drill does (JobSets and their flight recorders, the sandboxes'
+audit records, the change journal, flags and quarantines, the fleet spec), so that it can run
+against the same served twin a real Prometheus scrapes. The server side is
 ``adapters/twin_api.py``.
 
 Errors: the twin's refusals come back as the same types the in-process twin raises
@@ -26,17 +30,21 @@ from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import ValidationError
 
-from firedrill.drill.journal import decode_op, encode_op
+from firedrill.drill.journal import decode_applied, decode_op, encode_op
 from firedrill.errors import JournalError, OperationError, RemoteWorldError, UnknownTargetError
 from firedrill.model.changes import ChangeEvent
-from firedrill.model.operations import Operation
-from firedrill.model.release import DigestRecord, ServingDigest
+from firedrill.model.operations import Applied, Operation
+from firedrill.model.release import DigestRecord, RolloutView, ServingDigest
+from firedrill.model.sandbox import CompensationRecord, EgressRecord, ToolCallRecord
 from firedrill.model.series import Labels, Series
+from firedrill.model.spec import FleetSpec
 from firedrill.model.state import CellView, FaultRecord, NodeView, ReplicaTransition
 from firedrill.model.wire import WireError, from_wire
+from firedrill.twin.training import JobSetView, RankRecord
 
-__all__ = ["TOKEN_ENV", "RemoteTwin", "load_token"]
+__all__ = ["TOKEN_ENV", "RemoteSandboxes", "RemoteTwin", "load_token"]
 
 TOKEN_ENV = "FIREDRILL_TWIN_TOKEN"
 DEFAULT_TIMEOUT_S = 30.0  # seconds; an advance of hours of simulated time takes a while
@@ -79,6 +87,9 @@ class RemoteTwin:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout_s = timeout_s
+        self._operations: list[Applied] = []  # the twin's journal only grows: read the new end
+        self._fleet: FleetSpec | None = None  # the spec a twin was built from never changes
+        self._sandbox = RemoteSandboxes(self)
 
     def __repr__(self) -> str:
         return f"RemoteTwin({self.url!r})"  # never the token
@@ -151,7 +162,15 @@ class RemoteTwin:
     def _decode(self, what: str, decode: Any, raw: object) -> Any:
         try:
             return decode(raw)
-        except (WireError, JournalError, TypeError, ValueError, KeyError) as exc:
+        except (
+            WireError,
+            JournalError,
+            ValidationError,
+            TypeError,
+            ValueError,
+            KeyError,
+            IndexError,
+        ) as exc:
             raise RemoteWorldError(f"{self.url}: a malformed {what}: {exc}") from exc
 
     # Clock
@@ -320,9 +339,161 @@ class RemoteTwin:
     def unsigned_replicas_admitted(self) -> int:
         return int(self._field("GET", "/v1/unsigned_admitted", "unsigned_replicas_admitted"))
 
+    # ScenarioWorld: what a scenario reads beyond a drill
+
+    def rollout_view(self, model: str) -> RolloutView:
+        raw = self._field("GET", "/v1/rollout", "rollout", [("model", model)])
+        view: RolloutView = self._decode("rollout", lambda r: from_wire(RolloutView, r), raw)
+        return view
+
+    def jobset(self, name: str) -> JobSetView:
+        raw = self._field("GET", "/v1/jobset", "jobset", [("name", name)])
+        view: JobSetView = self._decode("JobSet", lambda r: from_wire(JobSetView, r), raw)
+        return view
+
+    def flight_recorder(self, jobset: str) -> Sequence[RankRecord]:
+        raw = self._field("GET", "/v1/flight_recorder", "ranks", [("jobset", jobset)])
+        records: list[RankRecord] = self._decode(
+            "flight recorder", lambda r: [from_wire(RankRecord, x) for x in r], raw
+        )
+        return records
+
+    def egress_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[EgressRecord]:
+        raw = self._field("GET", "/v1/egress", "records", _window(start_s, end_s, tenant))
+        records: list[EgressRecord] = self._decode(
+            "egress record list", lambda r: [from_wire(EgressRecord, x) for x in r], raw
+        )
+        return records
+
+    def tool_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[ToolCallRecord]:
+        raw = self._field("GET", "/v1/tool_calls", "records", _window(start_s, end_s, tenant))
+        records: list[ToolCallRecord] = self._decode(
+            "tool call record list", lambda r: [from_wire(ToolCallRecord, x) for x in r], raw
+        )
+        return records
+
+    def operations(self) -> Sequence[Applied]:
+        params = [("since", str(len(self._operations)))]
+        raw = self._field("GET", "/v1/operations", "operations", params)
+        new: list[Applied] = self._decode(
+            "change journal", lambda r: [decode_applied(x) for x in r], raw
+        )
+        self._operations.extend(new)
+        return list(self._operations)
+
+    def flags(self) -> Mapping[str, str]:
+        raw = self._field("GET", "/v1/flags", "flags")
+        flags: dict[str, str] = self._decode("flag map", lambda r: _str_map(r, str), raw)
+        return flags
+
+    def quarantined_pods(self) -> frozenset[str]:
+        raw = self._field("GET", "/v1/quarantined_pods", "pods")
+        pods: frozenset[str] = self._decode("pod list", lambda r: frozenset(_strings(r)), raw)
+        return pods
+
+    def quarantine_actions(self) -> Mapping[str, int]:
+        raw = self._field("GET", "/v1/quarantine_actions", "actions")
+        actions: dict[str, int] = self._decode(
+            "quarantine actions", lambda r: _str_map(r, int), raw
+        )
+        return actions
+
+    def fleet_spec(self) -> FleetSpec:
+        if self._fleet is None:
+            raw = self._field("GET", "/v1/fleet", "fleet")
+            self._fleet = self._decode("fleet spec", FleetSpec.model_validate, raw)
+        return self._fleet
+
+    @property
+    def sandbox(self) -> RemoteSandboxes:
+        return self._sandbox
+
     # beyond the ports: what a drill left behind
 
     def injected(self) -> list[dict[str, Any]]:
         """What differs from the twin's baseline (``GET /v1/injected``)."""
         found: list[dict[str, Any]] = self._field("GET", "/v1/injected", "injected")
         return found
+
+
+class RemoteSandboxes:
+    """The served twin's agent sandboxes (``Sandboxes``): their audit trail and warm pools."""
+
+    def __init__(self, twin: RemoteTwin) -> None:
+        self._twin = twin
+
+    def __repr__(self) -> str:
+        return f"RemoteSandboxes({self._twin.url!r})"
+
+    def egress_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[EgressRecord]:
+        return self._twin.egress_records(start_s=start_s, end_s=end_s, tenant=tenant)
+
+    def tool_records(
+        self, *, start_s: float, end_s: float, tenant: str | None = None
+    ) -> Sequence[ToolCallRecord]:
+        return self._twin.tool_records(start_s=start_s, end_s=end_s, tenant=tenant)
+
+    def compensations(self, *, tenant: str | None = None) -> Sequence[CompensationRecord]:
+        params = [] if tenant is None else [("tenant", tenant)]
+        raw = self._twin._field("GET", "/v1/compensations", "compensations", params)
+        records: list[CompensationRecord] = self._twin._decode(
+            "compensation list", lambda r: [from_wire(CompensationRecord, x) for x in r], raw
+        )
+        return records
+
+    def complete_since_s(self) -> float:
+        raw = self._twin._field("GET", "/v1/audit_complete_since", "complete_since_s")
+        if raw is None:  # nothing rolled off yet: every record since the start is held
+            return -math.inf
+        value: float = self._twin._decode("time", _number, raw)
+        return value
+
+    def warm_pool(self, tenant: str) -> int:
+        raw = self._twin._field("GET", "/v1/warm_pool", "warm_pool", [("tenant", tenant)])
+        value: int = self._twin._decode("warm pool", _integer, raw)
+        return value
+
+    def has_pod(self, pod: str) -> bool:
+        raw = self._twin._field("GET", "/v1/sandbox_pod", "exists", [("pod", pod)])
+        if not isinstance(raw, bool):
+            raise RemoteWorldError(f"{self._twin.url}: a malformed pod answer: {raw!r}")
+        return raw
+
+
+def _window(start_s: float, end_s: float, tenant: str | None) -> list[tuple[str, str]]:
+    params = [("start_s", repr(float(start_s))), ("end_s", repr(float(end_s)))]
+    return params + ([] if tenant is None else [("tenant", tenant)])
+
+
+def _number(raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise WireError(f"expected a number, got {raw!r}")
+    return float(raw)
+
+
+def _integer(raw: object) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise WireError(f"expected an integer, got {raw!r}")
+    return raw
+
+
+def _strings(raw: object) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise WireError(f"expected a list of strings, got {raw!r}")
+    return list(raw)
+
+
+def _str_map(raw: object, kind: type[Any]) -> dict[str, Any]:
+    """A JSON object of ``kind`` values (``str`` or ``int``), checked."""
+    if not isinstance(raw, dict):
+        raise WireError(f"expected an object, got {raw!r}")
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise WireError(f"{key!r}: expected {kind.__name__}, got {value!r}")
+    return dict(raw)

@@ -32,6 +32,27 @@ Endpoints (JSON; every one needs ``Authorization: Bearer <token>``)::
     GET  /v1/unsigned_admitted -> {"unsigned_replicas_admitted": n}
     GET  /v1/injected   what differs from the baseline -> {"now_s", "injected": [...]}
 
+What a scenario (``firedrill respond``) reads beyond a drill (``ScenarioWorld``)::
+
+    GET  /v1/rollout    ?model=M -> {"rollout": RolloutView}
+    GET  /v1/jobset     ?name=N -> {"jobset": JobSetView}
+    GET  /v1/flight_recorder ?jobset=N -> {"ranks": [RankRecord...]}
+    GET  /v1/egress     ?start_s=A&end_s=B[&tenant=T] -> {"records": [EgressRecord...]}
+    GET  /v1/tool_calls ?start_s=A&end_s=B[&tenant=T] -> {"records": [ToolCallRecord...]}
+    GET  /v1/compensations [?tenant=T] -> {"compensations": [CompensationRecord...]}
+    GET  /v1/audit_complete_since -> {"complete_since_s": t | null (every record held)}
+    GET  /v1/warm_pool  ?tenant=T -> {"warm_pool": n}
+    GET  /v1/sandbox_pod ?pod=P -> {"exists": bool}
+    GET  /v1/operations [?since=K] -> {"operations": [{"op", "inverse", "at_s", "notes"}...]}
+    GET  /v1/flags      {"flags": {name: value}}
+    GET  /v1/quarantined_pods -> {"pods": [...]}
+    GET  /v1/quarantine_actions -> {"actions": {node: n}}
+    GET  /v1/fleet      {"fleet": FleetSpec}   (the spec the twin was built from)
+
+Records travel as their dataclasses' fields (``firedrill.model.wire``), operations as
+``{"op", "args"}`` (``firedrill.drill.journal.encode_op``); the client checks both against the
+types, so a malformed answer is an error naming the field, never a half-read record.
+
 A bad operation answers 400 with ``{"error", "kind"}`` (``kind``: ``bad_request``,
 ``unknown_target`` with ``target_kind`` and ``name``, or ``operation``) and applies nothing: its
 arguments are checked first (finite, in range, typed: ``firedrill.model.bounds``), then the
@@ -68,7 +89,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from firedrill.adapters.safe_files import replace_private
-from firedrill.drill.journal import decode_op, encode_op
+from firedrill.drill.journal import decode_op, encode_applied, encode_op
 from firedrill.errors import (
     FiredrillError,
     JournalError,
@@ -394,6 +415,21 @@ class ControlApi:
             "/v1/digests": self._digests,
             "/v1/serving_digests": self._serving_digests,
             "/v1/unsigned_admitted": self._unsigned_admitted,
+            # a scenario's reads (ScenarioWorld)
+            "/v1/rollout": self._rollout,
+            "/v1/jobset": self._jobset,
+            "/v1/flight_recorder": self._flight_recorder,
+            "/v1/egress": self._egress,
+            "/v1/tool_calls": self._tool_calls,
+            "/v1/compensations": self._compensations,
+            "/v1/audit_complete_since": self._audit_complete_since,
+            "/v1/warm_pool": self._warm_pool,
+            "/v1/sandbox_pod": self._sandbox_pod,
+            "/v1/operations": self._operations,
+            "/v1/flags": self._flags,
+            "/v1/quarantined_pods": self._quarantined_pods,
+            "/v1/quarantine_actions": self._quarantine_actions,
+            "/v1/fleet": self._fleet,
         }
         self._post: dict[str, Route] = {
             "/v1/apply": self._apply,
@@ -591,6 +627,91 @@ class ControlApi:
     def _unsigned_admitted(self, _: _Query, __: bytes) -> Mapping[str, object]:
         with self._lock:
             return {"unsigned_replicas_admitted": self._world.unsigned_replicas_admitted()}
+
+    # a scenario's reads
+
+    def _rollout(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        model = q.text("model")
+        with self._lock, _mapped():
+            return {"rollout": to_wire(self._world.rollout_view(model))}
+
+    def _jobset(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        name = q.text("name")
+        with self._lock, _mapped():
+            return {"jobset": to_wire(self._world.jobset(name))}
+
+    def _flight_recorder(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        name = q.text("jobset")
+        with self._lock, _mapped():
+            return {"ranks": to_wire(list(self._world.flight_recorder(name)))}
+
+    def _window(self, q: _Query) -> tuple[float, float, str | None]:
+        start_s, end_s = q.number("start_s"), q.number("end_s")
+        if end_s < start_s:
+            raise _bad(f"end_s ({end_s:g}) is before start_s ({start_s:g})")
+        return start_s, end_s, q.opt_text("tenant")
+
+    def _egress(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        start_s, end_s, tenant = self._window(q)
+        with self._lock, _mapped():
+            found = self._world.egress_records(start_s=start_s, end_s=end_s, tenant=tenant)
+        return {"records": to_wire(list(found))}
+
+    def _tool_calls(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        start_s, end_s, tenant = self._window(q)
+        with self._lock, _mapped():
+            found = self._world.tool_records(start_s=start_s, end_s=end_s, tenant=tenant)
+        return {"records": to_wire(list(found))}
+
+    def _compensations(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        tenant = q.opt_text("tenant")
+        with self._lock:
+            found = self._world.sandbox.compensations(tenant=tenant)
+        return {"compensations": to_wire(list(found))}
+
+    def _audit_complete_since(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            since = self._world.sandbox.complete_since_s()
+        # -inf (nothing rolled off yet: every record since the start is held) travels as null
+        return {"complete_since_s": None if since == -math.inf else since}
+
+    def _warm_pool(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        tenant = q.text("tenant")
+        with self._lock, _mapped():
+            return {"warm_pool": self._world.sandbox.warm_pool(tenant)}
+
+    def _sandbox_pod(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        pod = q.text("pod")
+        with self._lock:
+            return {"exists": self._world.sandbox.has_pod(pod)}
+
+    def _operations(self, q: _Query, _: bytes) -> Mapping[str, object]:
+        raw = q.opt_text("since") or "0"
+        if not raw.isdigit():
+            raise _bad(f"query parameter 'since' is a count of operations, got {raw!r}")
+        since = int(raw)
+        with self._lock:
+            journal = self._world.operations()
+            if since > len(journal):  # a client that read another twin's journal
+                raise _bad(f"'since' is {since}, but only {len(journal)} operations were applied")
+            applied = list(journal[since:])
+        return {"operations": [encode_applied(a) for a in applied]}
+
+    def _flags(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            return {"flags": dict(self._world.flags())}
+
+    def _quarantined_pods(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            return {"pods": sorted(self._world.quarantined_pods())}
+
+    def _quarantine_actions(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            return {"actions": dict(self._world.quarantine_actions())}
+
+    def _fleet(self, _: _Query, __: bytes) -> Mapping[str, object]:
+        with self._lock:
+            return {"fleet": self._world.fleet_spec().model_dump(mode="json")}
 
     def _injected(self, _: _Query, __: bytes) -> Mapping[str, object]:
         with self._lock:

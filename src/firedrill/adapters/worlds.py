@@ -19,7 +19,7 @@ from firedrill.twin.world import TwinWorld, embedded_world
 if TYPE_CHECKING:  # httpx and the Prometheus client load only for a live run
     from firedrill.adapters.live_world import LiveWorld
 
-__all__ = ["EMBEDDED", "EMBEDDED_SCENARIO", "live", "load_token", "remote"]
+__all__ = ["EMBEDDED", "EMBEDDED_SCENARIO", "live", "load_token", "remote", "remote_scenario"]
 
 EMBEDDED: WorldFactory = embedded_world
 """A fresh in-process twin per run (drills, sweeps, plans)."""
@@ -33,6 +33,11 @@ def remote(url: str, token: str) -> DrillWorld:
     return RemoteTwin(url, token)
 
 
+def remote_scenario(url: str, token: str) -> ScenarioWorld:
+    """The twin served at ``url``, as a scenario's world (``firedrill respond --target``)."""
+    return RemoteTwin(url, token)
+
+
 def live(url: str, token: str, prometheus_url: str, *, speed: float = 1.0) -> LiveWorld:
     """A live fleet: controlled through the twin served at ``url``, watched through the
     Prometheus at ``prometheus_url``, on the wall clock scaled by the twin's ``speed``."""
@@ -43,12 +48,14 @@ def live(url: str, token: str, prometheus_url: str, *, speed: float = 1.0) -> Li
 
 def _satisfies(
     embedded: TwinWorld, served: RemoteTwin, live_world: LiveWorld
-) -> tuple[DrillWorld, DrillWorld, DrillWorld]:
-    """The twins and the live fleet are drill worlds, and the embedded twin a scenario world
-    (checked by mypy)."""
+) -> tuple[DrillWorld, DrillWorld, DrillWorld, ScenarioWorld]:
+    """The twins and the live fleet are drill worlds and scenario worlds (checked by mypy)."""
     drill_world: DrillWorld = embedded
     remote_world: DrillWorld = served
     on_live: DrillWorld = live_world
     scenario_world: ScenarioWorld = embedded
     assert scenario_world is drill_world
-    return drill_world, remote_world, on_live
+    remote_scenario: ScenarioWorld = served
+    live_scenario: ScenarioWorld = live_world
+    assert live_scenario is on_live
+    return drill_world, remote_world, on_live, remote_scenario

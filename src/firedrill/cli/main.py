@@ -728,8 +728,35 @@ def respond(
             "verify them (default: the scenario's responder policy, else advise).",
         ),
     ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target", help="Run against a twin served by `twin serve` (URL), not embedded."
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path, typer.Option("--token-file", help="The served twin's control token.")
+    ] = Path(".firedrill/twin-token"),
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Live: read every signal from this Prometheus (URL) scraping --target.",
+        ),
+    ] = None,
+    speed: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1, max=10_000, help="Live: the --target's speed (`twin serve --speed`; 1)."
+        ),
+    ] = None,
 ) -> None:
-    """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail."""
+    """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail.
+
+    With --target the scenario runs against a twin served by `twin serve` (serve the scenario's
+    fleet at its seed, with --manual-clock), through its control API. With --prometheus too it
+    runs on a live fleet, in wall time: the timeline and levers go to the target, every signal
+    is read from Prometheus."""
     if mode not in (None, "advise", "auto"):
         raise typer.BadParameter(f"--mode is advise or auto, not {mode!r}", param_hint="--mode")
     from firedrill.app.respond import load_scenario
@@ -752,13 +779,27 @@ def respond(
                 mode="auto" if mode == "auto" else "advise" if mode == "advise" else None,
                 db=db,
                 progress=lambda t: progress.update(task, completed=t),
+                target=target,
+                token_file=token_file,
+                prometheus=prometheus,
+                speed=speed,
             )
         except StoreError as exc:  # before the run: a bad store is refused, nothing run
+            raise _fail(exc) from exc
+        except FiredrillError as exc:  # a target that cannot run it, or was lost during the run
             raise _fail(exc) from exc
     if json_out is not None:
         _write_output(json_out, outcome.report.dumps())
     if not quiet:
         _print_scenario(outcome.report.to_json())
+        if (live := outcome.live) is not None:
+            console.print(
+                f"live: the fleet ran {live.speed:g}x the wall clock, the scenario from its "
+                f"{live.offset_s:.0f} s; a step fell at most {live.max_late_s:.3g} s behind it; "
+                f"readings known to {live.resolution_s:.3g} s of its time (one scrape)",
+                highlight=False,
+                markup=False,
+            )
     if outcome.store_error is not None:
         raise _fail(outcome.store_error)
     if outcome.kept is not None and outcome.store_name is not None:

@@ -39,7 +39,7 @@ from typing import Any, Literal
 from firedrill.errors import JournalError
 from firedrill.model import operations as ops
 from firedrill.model.journal import Intent, JournalHeader, JournalState
-from firedrill.model.operations import Operation
+from firedrill.model.operations import Applied, Operation
 from firedrill.model.wire import WireError, from_wire, to_wire
 
 __all__ = [
@@ -52,7 +52,9 @@ __all__ = [
     "JournalHeader",
     "JournalState",
     "Verdict",
+    "decode_applied",
     "decode_op",
+    "encode_applied",
     "encode_op",
     "parse",
 ]
@@ -98,6 +100,36 @@ def decode_op(data: object) -> Operation:
     except WireError as exc:
         raise JournalError(str(exc)) from exc
     return op
+
+
+def encode_applied(applied: Applied) -> dict[str, Any]:
+    """One entry of a fleet's change journal: ``{"op", "inverse", "at_s", "notes"}``."""
+    return {
+        "op": encode_op(applied.op),
+        "inverse": encode_op(applied.inverse),
+        "at_s": applied.at_s,
+        "notes": list(applied.notes),
+    }
+
+
+def decode_applied(data: object) -> Applied:
+    """The entry ``encode_applied`` wrote; ``JournalError`` naming what does not fit."""
+    if not isinstance(data, dict):
+        raise JournalError(f"an applied operation is an object, got {data!r}")
+    unknown_keys = sorted(set(data) - {"op", "inverse", "at_s", "notes"})
+    if unknown_keys:
+        raise JournalError(f"an applied operation has no {unknown_keys}")
+    at_s, notes = data.get("at_s"), data.get("notes", [])
+    if isinstance(at_s, bool) or not isinstance(at_s, int | float):
+        raise JournalError(f"an applied operation's at_s is a number, got {at_s!r}")
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise JournalError(f"an applied operation's notes are strings, got {notes!r}")
+    return Applied(
+        op=decode_op(data.get("op")),
+        inverse=decode_op(data.get("inverse")),
+        at_s=float(at_s),
+        notes=tuple(notes),
+    )
 
 
 # --- reading ----------------------------------------------------------------------------------
