@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from firedrill.model import operations as ops
-from firedrill.model.spec import FleetSpec, LatencySpec, QuiescentSpec, TokensSpec
+from firedrill.model.spec import FaultsSpec, FleetSpec, LatencySpec, QuiescentSpec, TokensSpec
 from firedrill.twin.engine import Twin
 from firedrill.twin.quiescent import erlang_c, stationary_state
 from firedrill.twin.serving import erlang_c_wait_s, quantile_from_hist
@@ -217,3 +217,19 @@ def test_erlang_c_and_the_stationary_draw_hold_for_a_large_pool() -> None:
     busy = np.array([b for b, _ in draws], dtype=np.float64)
     assert all(q == 0 for _, q in draws)
     assert busy.mean() == pytest.approx(14_000.0, rel=0.01)
+
+
+def test_faults_drawn_over_a_macro_step_keep_their_rate() -> None:
+    """Phantom XIDs (only the exporter's gauge) leave the fleet quiet: 8 nodes × 60 per node-hour
+    for 2 hours is 960 events, drawn over each interval as the 1-second path draws them per step."""
+    faults = FaultsSpec(phantom_xid_exporter_versions=["3.3.8-3.6.0"], phantom_xid_per_node_hour=60)
+    base = fleet(regions={"r": (1, 8, 8, 1.0)}, m=model()).model_copy(update={"faults": faults})
+    counts = []
+    for on in (False, True):
+        twin = Twin(quiet(base, enabled=on), seed=9, record=False)
+        twin.run_for(2 * 3600)
+        assert (twin.macro_steps > 0) == on
+        assert all(ev.phantom for ev in twin.fault_log)
+        counts.append(len(twin.fault_log))
+    for n in counts:
+        assert n == pytest.approx(960, rel=0.10)
