@@ -233,3 +233,28 @@ def test_faults_drawn_over_a_macro_step_keep_their_rate() -> None:
         counts.append(len(twin.fault_log))
     for n in counts:
         assert n == pytest.approx(960, rel=0.10)
+
+
+def test_a_pool_whose_load_stops_drains_on_one_second_steps() -> None:
+    """Route weight 0 leaves a cell's requests in service: not a stationary state, so the
+    fleet is not quiet until they are done (20 s services: not all done 10 s later)."""
+    m = erlang_spec(20.0, 2, 4, 1).models[0]
+    spec = fleet(
+        regions={"r": (2, 4, 4, 0.3 * 8 / 20.0 * 2)}, m=m, tokens=TokensSpec(output_mean=250.0)
+    )
+    twin = Twin(quiet(spec), seed=2, record=False)
+    twin.run_for(600)
+    assert twin.macro_steps > 0
+    idle = twin.lookup_cell("c0-1")  # one model: pool index = cell index
+    twin.run_for(1)
+    while twin.busy[idle] == 0:  # a moment with requests in service there
+        twin.run_for(1)
+    twin.apply(ops.SetRouteWeights("llm-70b", (("c0-1", 0),)))
+    while np.count_nonzero(twin.pool_dirty):  # the change reconciled: only the drain is left
+        twin.step()
+    before = twin.macro_steps
+    left = int(twin.busy[idle])
+    assert left > 0
+    twin.run_for(4)
+    assert twin.macro_steps == before
+    assert int(twin.busy[idle]) <= left

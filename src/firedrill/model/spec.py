@@ -304,17 +304,18 @@ class QuiescentSpec(StrictModel):
     """Quiescent steps: advance a quiet fleet in one interval, its queueing in closed form.
 
     Off by default, and off means the 1-second path bit for bit. On, the twin advances in one
-    macro step of up to ``max_step_s`` (a multiple of ``dt_s``, never past a scrape, an event, a
-    minute's demand noise or the caller's ``advance``) whenever the fleet is quiet: no pull,
-    no replica in a transitional state, no pool to reconcile, no partition, injected error,
-    training job, sandbox, recycling or mirroring, no demand event starting or ending, offered
-    load changing by at most ``demand_tolerance`` (relative) over the interval, every pool
-    with load below ``max_utilization`` of its seats and a negligible chance of a queue
-    timeout. Arrivals are Poisson over the interval; completions, the end-of-interval queue and
-    busy seats, and queue waits (TTFT) follow the stationary M/M/c (Erlang C) at the
-    interval's mean rate; background faults are drawn over the interval and land at its end.
-    Other random numbers than the 1-second path are drawn: results are statistically, not
-    bit for bit, the same (errors measured in BENCHMARKS.md, bounds in the tests).
+    macro step of up to ``max_step_s`` (a multiple of ``dt_s``; never past the caller's
+    ``advance``, an event, a minute's demand noise, the autoscaler's next run, or, while series
+    are recorded, the next scrape) whenever the fleet is quiet: no pull, no replica in a
+    transitional state, no pool to reconcile, no partition, injected error, training job,
+    sandbox, recycling or mirroring, no demand event starting or ending, offered load changing
+    by at most ``demand_tolerance`` (relative) over the interval, every pool with load below
+    ``max_utilization`` of its seats with a negligible chance of a queue timeout, and every
+    pool without load empty. Arrivals are Poisson over the interval; completions, the
+    end-of-interval queue and busy seats, and queue waits (TTFT) follow the stationary M/M/c
+    (Erlang C) at the interval's mean rate; background faults are drawn over the interval and
+    land at its end. Other random numbers than the 1-second path are drawn: results are
+    statistically, not bit for bit, the same (errors in BENCHMARKS.md, bounds in the tests).
     """
 
     enabled: bool = False

@@ -129,6 +129,9 @@ class Quiescent(Traffic):
         seats = self.ready * self.seats_int
         if np.any((lam > 0) & (self.ready == 0)):
             return 0
+        idle = lam <= 0
+        if np.count_nonzero(self.busy[idle]) or np.count_nonzero(self.queue[idle]):
+            return 0  # a pool losing its load drains on 1-second steps, not stationary
         if np.any(seats > self.ready * self.kv_seats_per_replica):
             return 0  # the KV cache may overflow: preemptions, not the M/M/c
         inv_ready = 1.0 / np.maximum(ready, 1.0)
