@@ -20,6 +20,12 @@ from one run:
 
     .venv/bin/python benchmarks/cell_vs_simpy.py --baseline cec5384
     .venv/bin/python benchmarks/cell_vs_simpy.py --service 20 --hours 24
+
+``--quiescent`` adds a third twin: this tree with the fleet spec's quiescent steps on
+(``FleetSpec.quiescent``, macro steps of up to ``--max-step`` seconds), measured in the same
+rounds as the others, so the default path, the quiescent one and SimPy come from one run:
+
+    .venv/bin/python benchmarks/cell_vs_simpy.py --quiescent --max-step 60
 """
 
 from __future__ import annotations
@@ -102,6 +108,14 @@ def child_twin(args: argparse.Namespace) -> dict[str, Any]:
     spec = spec.model_copy(
         update={"models": [spec.models[0].model_copy(update={"queue_timeout_s": args.timeout})]}
     )
+    if args.quiescent:  # only this tree's spec has the option: the flag goes to its child only
+        spec = spec.model_copy(
+            update={
+                "quiescent": spec.quiescent.model_copy(
+                    update={"enabled": True, "max_step_s": args.max_step}
+                )
+            }
+        )
 
     def run() -> Any:
         twin = Twin(spec, seed=args.seed, record=False, hours_hint=args.hours)
@@ -114,6 +128,7 @@ def child_twin(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "cpu_s": cpu,
         "steps": twin.step_no,
+        "macro_steps": getattr(twin, "macro_steps", 0),  # quiescent steps (older code: none)
         "admitted": admitted,
         "timed_out_or_failed": int(twin.errors.sum()),
         "mean_wait_s": float(twin.queue_wait_sum.sum()) / max(admitted, 1),
@@ -132,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--baseline", default=None, help="git revision: twin old and new")
     ap.add_argument("--rounds", type=int, default=1, help="--baseline: children per side")
+    ap.add_argument("--quiescent", action="store_true", help="also this tree, quiescent steps on")
+    ap.add_argument("--max-step", type=float, default=60.0, help="--quiescent: max_step_s")
     ap.add_argument("--child-twin", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -161,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     script = Path(__file__).resolve()
     both = sides(args.baseline) if args.baseline else [("this tree", ROOT / "src")]
     twin: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in both}
+    quiet = f"quiescent {args.max_step:g} s"
+    if args.quiescent:
+        twin[quiet] = []
     sim: list[tuple[float, dict[str, float]]] = []
     for _ in range(args.rounds):
         sim.append(
@@ -178,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         for label, src in both:
             twin[label].append(run_child(script, child, src))
+        if args.quiescent:
+            q_child = [*child, "--quiescent", "--max-step", str(args.max_step)]
+            twin[quiet].append(run_child(script, q_child, ROOT / "src"))
     sim_cpu = min(s for s, _ in sim)
     sim_out = sim[0][1]
     erlang = _erlang_c_wait(c, lam, args.service)
@@ -187,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  mean wait {sim_out['mean_wait_s']:.4f} s (Erlang C {erlang:.4f} s)"
     )
     rows: dict[str, Any] = {"simpy": {"cpu_s": sim_cpu, **sim_out}, "erlang_c_wait_s": erlang}
-    for label, _ in both:
+    for label in twin:
         best = min(r["cpu_s"] for r in twin[label])
         r0 = twin[label][0]
         print(
@@ -199,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(both) == 2:
         (old, _), (new, _) = both
         print(f"twin old / new: {rows[old]['cpu_s'] / rows[new]['cpu_s']:.2f}x")
+    if args.quiescent:
+        new = both[-1][0]
+        print(f"twin default / quiescent: {rows[new]['cpu_s'] / rows[quiet]['cpu_s']:.2f}x")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -19,7 +19,8 @@ What is written: every drill of ``examples/drills`` through ``gameday run --seed
 ``respond --json``, and for the demo, P/D and training fleets and a one-cell fleet (the small
 cell of ``cell_vs_simpy.py``, at 95% utilisation) the twin's recorded series (every value of
 every family, dense and sparse) after one simulated hour, for seeds 1, 2 and 3, with the run's
-summary. Wall-clock durations, which no result carries, are not compared.
+summary (the series read through the Signals port, as a query sees them). Wall-clock
+durations, which no result carries, are not compared.
 """
 
 from __future__ import annotations
@@ -91,16 +92,14 @@ def _write_series(out: Path) -> None:
             twin = Twin(fleet, seed)
             twin.run_for(3600.0)
             h = hashlib.sha256()
-            store = twin.store
-            h.update(np.asarray(store.times, dtype=np.float64).tobytes())
-            for key in sorted(store.families):
-                fam = store.families[key]
-                h.update(key.encode())
-                h.update(repr(fam.labels).encode())
-                h.update(np.ascontiguousarray(fam.rows[: len(store.times)]).tobytes())
-            for name in sorted(store.sparse):
-                for labels, log in sorted(store.sparse[name].items(), key=lambda x: repr(x[0])):
-                    h.update(f"{name}{labels!r}{log.t_s!r}{log.values!r}".encode())
+            h.update(np.asarray(twin.store.times, dtype=np.float64).tobytes())
+            # through the Signals port: the store's raw rows past the last committed block are
+            # allocated, not written, so hashing them read whatever the memory held
+            for name in sorted(twin.series_names()):
+                for s in twin.query(name, start_s=0.0, end_s=twin.t):
+                    h.update(f"{name}{s.labels!r}".encode())
+                    h.update(np.asarray(s.t_s, dtype=np.float64).tobytes())
+                    h.update(np.asarray(s.values, dtype=np.float64).tobytes())
             summary = summarize(twin, spec_sha256=spec_sha256(path) if path else "")
             stem = f"series-{stem_name}-seed{seed}"
             (out / f"{stem}.sha256").write_text(h.hexdigest() + "\n")

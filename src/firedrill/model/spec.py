@@ -300,6 +300,30 @@ class ServiceSpec(StrictModel):
     used_by: list[Name] | Literal["all"] = "all"
 
 
+class QuiescentSpec(StrictModel):
+    """Quiescent steps: advance a quiet fleet in one interval, its queueing in closed form.
+
+    Off by default, and off means the 1-second path bit for bit. On, the twin advances in one
+    macro step of up to ``max_step_s`` (a multiple of ``dt_s``; never past the caller's
+    ``advance``, an event, a minute's demand noise, the autoscaler's next run, or, while series
+    are recorded, the next scrape) whenever the fleet is quiet: no pull, no replica in a
+    transitional state, no pool to reconcile, no partition, injected error, training job,
+    sandbox, recycling or mirroring, no demand event starting or ending, offered load changing
+    by at most ``demand_tolerance`` (relative) over the interval, every pool with load below
+    ``max_utilization`` of its seats with a negligible chance of a queue timeout, and every
+    pool without load empty. Arrivals are Poisson over the interval; completions, the
+    end-of-interval queue and busy seats, and queue waits (TTFT) follow the stationary M/M/c
+    (Erlang C) at the interval's mean rate; background faults are drawn over the interval and
+    land at its end. Other random numbers than the 1-second path are drawn: results are
+    statistically, not bit for bit, the same (errors in BENCHMARKS.md, bounds in the tests).
+    """
+
+    enabled: bool = False
+    max_step_s: Annotated[float, Field(gt=0, le=300)] = 60.0
+    demand_tolerance: Annotated[float, Field(ge=0, le=1)] = 0.02
+    max_utilization: Annotated[float, Field(gt=0, lt=1)] = 0.95
+
+
 class FleetSpec(StrictModel):
     """A whole fleet: regions, cells, models, products, tenants, training and fault rates."""
 
@@ -317,6 +341,7 @@ class FleetSpec(StrictModel):
     # model -> cell -> weight
     routes: dict[str, dict[str, Annotated[int, Field(ge=0, le=1_000_000)]]] = {}
     services: list[ServiceSpec] = []  # dependencies and where they live (optional)
+    quiescent: QuiescentSpec = QuiescentSpec()  # opt-in macro steps for a quiet fleet
 
     @field_validator("models", "regions", "products")
     @classmethod

@@ -16,6 +16,7 @@ shared state (``state.TwinState``) that may use only the concepts it names as it
     remediation  GPU and node faults, reset/reboot/burn-in, node and DCGM series
     operations   the Fleet port's writes, each with its inverse
     scrape       the exported series
+    quiescent    a quiet interval's serving in closed form (opt-in: ``FleetSpec.quiescent``)
 
 This module owns the step (in what order each concept runs), the event dispatch, the
 sub-simulations (each behind its own narrow Protocol: ``training.TrainingTwin``,
@@ -39,6 +40,7 @@ from firedrill.twin.deps import LOAD_RETRY_S
 from firedrill.twin.disagg import Disaggregation
 from firedrill.twin.operations import QUARANTINE_TAINT, Operations
 from firedrill.twin.quality import GoldenSet
+from firedrill.twin.quiescent import Quiescent
 from firedrill.twin.recovery import RecoveryFeatures
 from firedrill.twin.remediation import (
     APP_XIDS,
@@ -113,7 +115,7 @@ __all__ = [
 ]
 
 
-class Twin(Operations, Scrape, Capacity):
+class Twin(Operations, Scrape, Capacity, Quiescent):
     """The digital twin of a fleet. Construct from a validated ``FleetSpec`` and a seed."""
 
     def __init__(self, spec: FleetSpec, seed: int, *, record: bool = True, hours_hint: float = 1.0):
@@ -132,6 +134,8 @@ class Twin(Operations, Scrape, Capacity):
         if record:
             self._scrape()  # t = 0: what Prometheus sees before anything happens
         self._next_scrape = spec.scrape_interval_s
+        self._scaling = any(m.autoscaler.enabled for m in spec.models)
+        self.macro_steps = 0  # quiescent steps taken (each stands for several dt)
 
     # -- the step -----------------------------------------------------------------------------
     def step(self) -> None:
@@ -165,8 +169,52 @@ class Twin(Operations, Scrape, Capacity):
 
     def run_for(self, seconds: float) -> None:
         end = self.t + seconds - 1e-9
+        if self.spec.quiescent.enabled:
+            while self.t < end:
+                if not self._macro_step(end + 1e-9):
+                    self.step()
+            return
         while self.t < end:
             self.step()
+
+    def _macro_step(self, end_s: float) -> bool:
+        """One quiescent step up to ``end_s`` and the next scrape, if the fleet is quiet.
+
+        The step's order is kept: reconcile (nothing to do on a quiet fleet) and the
+        autoscaler run once at the interval's end if due, background faults are drawn over the
+        interval and land at its end, then the scrape. Returns whether a step was taken.
+        """
+        if self.spec.training or self.recovery.busy or self.sandbox.enabled:
+            return False
+        # recorded series are scraped at their times; without, only the TTFT binning runs
+        # at scrapes, and one binning at the interval's end draws the same histogram
+        limit = min(end_s, self._next_scrape) if self.record else end_s
+        if self._scaling:  # the autoscaler reads the queue: an interval ends where it runs
+            limit = min(limit, self._next_autoscale)
+        k = self.quiet_steps(limit - self.t)
+        if k == 0:
+            return False
+        k = self.serve_interval(k)
+        if k == 0:
+            return False
+        self.macro_steps += 1
+        if self.t >= self._next_reconcile:
+            self._reconcile()
+            self._next_reconcile = self.t + RECONCILE_EVERY_S
+        if self.t >= self._next_autoscale:
+            self._autoscale()
+            self._next_autoscale = self.t + AUTOSCALE_EVERY_S
+        for ev in self.faults.sample(self.t, k * self.dt):
+            self._fault(ev)
+        if self.t >= self._next_scrape - 1e-9:
+            if self.record:
+                self._scrape()
+            else:
+                self.flush_ttft()
+            self._next_scrape += self.spec.scrape_interval_s
+            while self._next_scrape <= self.t + 1e-9:
+                self._next_scrape += self.spec.scrape_interval_s
+        return True
 
     # Clock port
     def now_s(self) -> float:

@@ -1,0 +1,281 @@
+"""Quiescent steps: a quiet fleet's serving advanced over an interval in closed form.
+
+A time-stepped twin pays a fixed cost per step however little happens in it; a small fleet that
+only serves a steady load pays it every second for nothing. When the fleet spec opts in
+(``FleetSpec.quiescent``) and nothing but serving happens over an interval, the interval is one
+step: its arrivals one Poisson draw at the interval's mean rate, and each pool's queue the
+stationary M/M/c (Erlang C) at that rate: the number in the system at the interval's end drawn
+from the stationary distribution (busy seats and the queue), the waits of the requests admitted
+in the interval drawn from Erlang C's wait distribution (no wait with probability 1 − P(wait),
+else exponential at rate cμ − λ), binned into the age cohorts the TTFT histogram reads with the
+within-cohort mean credited as the wait correction, exactly as the sub-stepped path credits its
+own. Counters and run means advance by the interval's totals, gauges take the drawn state.
+
+What "nothing but serving happens" means is checked cheaply by the engine and here: see
+:meth:`Quiescent.quiet_steps`. Every other path is untouched, so with the option off every
+output is the 1-second path's, bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import gammaln, pdtr
+
+from firedrill.twin.replica import ReplicaState
+from firedrill.twin.serving import decode_step_s, lattice_service
+from firedrill.twin.state import F64, TPOT_EXPORT
+from firedrill.twin.traffic import CROSS_REGION_RTT_S, Traffic
+
+TRANSITIONAL = [
+    int(s)
+    for s in (
+        ReplicaState.PENDING,
+        ReplicaState.PULLING,
+        ReplicaState.LOADING,
+        ReplicaState.WARMING,
+        ReplicaState.DRAINING,
+    )
+]
+TIMEOUT_TAIL_MAX = 1e-3  # P(a request waits past the queue timeout) above it: not quiet
+
+
+class Quiescent(Traffic):
+    """The closed-form serving of a quiet interval."""
+
+    def quiet_steps(self, limit_s: float) -> int:
+        """How many ``dt`` steps from now may be one macro step (0 or 1: none).
+
+        Bounded by ``limit_s`` (the caller's ``advance`` and the next scrape), the option's
+        ``max_step_s``, the next event on the heap, the next minute of demand noise and the
+        next start or end of a demand event. The fleet is quiet when no pull is in flight, no
+        pool waits for reconcile, no replica is pending, pulling, loading, warming or draining,
+        and no partition, injected error, OOM-prone model, mirroring or disaggregated pool is
+        in play; the engine checks training, sandboxes and recycling.
+        """
+        q = self.spec.quiescent
+        dt = self.dt
+        span = min(limit_s, q.max_step_s)
+        k = math.floor(span / dt + 1e-9)
+        if k < 2 or self.step_no < 1:
+            return 0
+        if (
+            self.supply.pulls
+            or self.partitions
+            or self._oom_models
+            or self.pd is not None
+            or self.recovery.homing.mirroring
+            or np.count_nonzero(self.pool_dirty)
+            or np.count_nonzero(self.error_fraction)
+            or np.count_nonzero(self.state_counts[:, TRANSITIONAL])
+        ):
+            return 0
+        if self._heap:
+            k = min(k, self._steps_before(self._heap[0][0]))
+        d = self.demand
+        if np.count_nonzero(d.noise_sigma):
+            k = min(k, self._steps_before(d._noise_until))
+        for _, _, start, end, _ in d.events + d.extra:
+            for b in (start, end):
+                if b > self.t:
+                    k = min(k, self._steps_before(b))
+        return k if k >= 2 else 0
+
+    def _steps_before(self, at_s: float) -> int:
+        """Steps from now whose time is strictly before ``at_s``."""
+        return math.ceil((at_s - self.t) / self.dt - 1e-9) - 1
+
+    def _offered(self, t_s: float) -> tuple[F64, F64] | None:
+        """(arrival rate, cross-region RTT per request) per pool at ``t_s``; None if any is lost."""
+        rps = self.demand.rps(t_s)
+        d_model = self.product_to_model @ rps
+        share, cross = self.routing_matrix()
+        flow = d_model[:, :, None] * share
+        routed = flow.sum(axis=1)
+        if np.any(d_model.sum(axis=1) - routed.sum(axis=1) > 1e-9 * np.maximum(1.0, routed.sum())):
+            return None  # a model with no route anywhere: its requests fail, not quiet
+        lam: F64 = routed.reshape(-1)
+        rtt = (flow * cross[None, :, :]).sum(axis=1).reshape(-1) * CROSS_REGION_RTT_S
+        extra: F64 = rtt / np.maximum(lam, 1e-12)
+        return lam, extra
+
+    def serve_interval(self, k: int) -> int:
+        """Serve the next ``k`` steps in closed form if the load allows; the steps taken (0: none).
+
+        Halves the interval while the offered load changes by more than the tolerance over it.
+        On success ``t`` and ``step_no`` have advanced by the interval.
+        """
+        q = self.spec.quiescent
+        dt = self.dt
+        t0 = self.t
+        first = self._offered(round(t0 + dt, 9))
+        if first is None:
+            return 0
+        lam0, extra = first
+        while k >= 2:
+            last = self._offered(round(t0 + k * dt, 9))
+            if last is None:
+                return 0
+            lam1 = last[0]
+            top = np.maximum(lam0, lam1)
+            if np.all(np.abs(lam1 - lam0) <= q.demand_tolerance * top):
+                break
+            k //= 2
+        if k < 2:
+            return 0
+        lam = (lam0 + lam1) / 2.0
+        ready = self.ready.astype(np.float64)
+        seats = self.ready * self.seats_int
+        if np.any((lam > 0) & (self.ready == 0)):
+            return 0
+        idle = lam <= 0
+        if np.count_nonzero(self.busy[idle]) or np.count_nonzero(self.queue[idle]):
+            return 0  # a pool losing its load drains on 1-second steps, not stationary
+        if np.any(seats > self.ready * self.kv_seats_per_replica):
+            return 0  # the KV cache may overflow: preemptions, not the M/M/c
+        inv_ready = 1.0 / np.maximum(ready, 1.0)
+        slow_mix = 1.0 + self.slow_sum * inv_ready
+        batch = self.busy * inv_ready
+        for _ in range(2):  # the service at the stationary batch (exact for a flat curve)
+            tpot = decode_step_s(self.shape, batch) * slow_mix
+            service = self.prefill_mean + self.shape.output_mean * tpot
+            batch = np.minimum(lam * service, seats) * inv_ready
+        tpot = decode_step_s(self.shape, batch) * slow_mix
+        service = self.prefill_mean + self.shape.output_mean * tpot
+        offered = lam * service
+        live = lam > 0
+        if np.any(offered[live] >= q.max_utilization * seats[live]):
+            return 0
+        n_pools = self.n_pools
+        p_wait = np.zeros(n_pools)
+        theta = np.ones(n_pools)
+        for p in np.nonzero(live)[0].tolist():
+            c = int(seats[p])
+            p_wait[p] = erlang_c(c, float(offered[p]))
+            theta[p] = c / float(service[p]) - float(lam[p])
+            if (
+                p_wait[p]
+                * math.exp(-theta[p] * self.models[int(self.pool_model[p])].queue_timeout_s)
+                > TIMEOUT_TAIL_MAX
+            ):
+                return 0
+        # the interval is quiet: draw it
+        rng = self.rng
+        span = k * dt
+        arrivals = rng.poisson(lam * span)
+        waiting0 = self.queue.sum(axis=1)
+        busy_end = np.zeros(n_pools, dtype=np.int64)
+        q_end = np.zeros(n_pools, dtype=np.int64)
+        for p in np.nonzero(live)[0].tolist():
+            busy_end[p], q_end[p] = stationary_state(
+                rng, int(seats[p]), float(offered[p]), float(p_wait[p])
+            )
+        admitted = waiting0 + arrivals - q_end
+        short = admitted < 0
+        q_end = np.where(short, waiting0 + arrivals, q_end)
+        admitted = np.maximum(admitted, 0)
+        # waits of the admitted: Erlang C, binned into age cohorts of dt; those drawn past the
+        # queue timeout gave up (rare: a quiet pool's tail beyond it is below TIMEOUT_TAIL_MAX)
+        n_wait = rng.binomial(admitted, p_wait)
+        timed_out = np.zeros(n_pools, dtype=np.int64)
+        kq = self.queue_k
+        ages = np.arange(kq, dtype=np.float64)
+        for p in np.nonzero(n_wait)[0].tolist():
+            decay = math.exp(-theta[p] * dt)
+            pv = (1.0 - decay) * decay**ages
+            pv[-1] = 1.0 - float(pv[:-1].sum())
+            cohorts = rng.multinomial(int(n_wait[p]), np.clip(pv, 0.0, 1.0))
+            late = self.timeout_mask[p].astype(bool)
+            timed_out[p] = int(cohorts[late].sum())
+            cohorts[late] = 0
+            waited = int(n_wait[p]) - int(timed_out[p])
+            self._pending_admit[p] += cohorts
+            within = 1.0 / theta[p] - dt * decay / (1.0 - decay)  # mean wait inside a cohort
+            corr = waited * within
+            self._wait_corr_acc[p] += corr
+            self._extra_acc[p] += corr
+        n_wait = n_wait - timed_out
+        admitted = admitted - timed_out
+        done = self.busy + admitted - busy_end
+        busy_end = np.where(done < 0, self.busy + admitted, busy_end)
+        done = np.maximum(done, 0)
+        self._pending_admit[:, 0] += admitted - n_wait
+        self._extra_acc += admitted * extra
+        gain = 1.0 - (1.0 - self.warm_gain) ** k
+        self.lam_warm += (lam - self.lam_warm) * gain
+        coldness = np.clip(1.0 - self.lam_warm / np.maximum(lam, 1e-12), 0.0, 1.0)
+        factor = (
+            1.0 + self.shape.interference * np.minimum(batch / self.seats_per_replica, 1.0)
+        ) * (1.0 + self.shape.cold_penalty * coldness)
+        self._factor_acc += admitted * factor
+        # completions and counters
+        tpot_bin = np.searchsorted(TPOT_EXPORT, tpot / slow_mix)
+        self.tpot_hist[self.pool_range, tpot_bin] += done
+        self.tpot_sum += done * tpot
+        self.ok += done
+        self.errors += timed_out
+        self.requests += arrivals
+        # the drawn state: busy seats (in the lattice's phases) and the queue, all just arrived
+        _, p_slow, p_fast = lattice_service(service / dt)
+        fast_share = np.where(live, (1.0 / p_fast) / (1.0 / p_fast + 1.0 / p_slow), 0.5)
+        self.busy = np.asarray(busy_end, dtype=np.int64)
+        self.busy_fast = np.asarray(rng.binomial(self.busy, fast_share), dtype=np.int64)
+        self._busy_seen = self.busy.copy()
+        self.queue[:] = 0
+        self.queue[:, 0] = q_end
+        # gauges and run means over the interval
+        kv_of = self.kv_tokens_per_seq / np.maximum(ready * self.kv_tokens_per_replica, 1.0)
+        self.kv_usage = np.minimum(self.busy * kv_of, 1.0)
+        self.kv_usage_sum += np.minimum(offered * kv_of, 1.0) * k
+        self.util_sum += (
+            np.minimum(lam / np.maximum(ready * self.max_rps_per_replica, 1e-12), 1.0) * k
+        )
+        self.ready_sum += ready * k
+        self.samples += k
+        self.lam = lam
+        self.tpot_now = tpot
+        self.service_now = service
+        self.t = round(t0 + span, 9)
+        self.step_no += k
+        return k
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """P(wait) of M/M/c with ``servers`` servers and offered load ``offered`` (< servers).
+
+    Through Erlang B = Poisson pmf(c; a) / Poisson cdf(c; a), in logs: stable for the tens of
+    thousands of seats of a large pool, where the textbook sum overflows.
+    """
+    if offered <= 0.0:
+        return 0.0
+    c = float(servers)
+    b = math.exp(c * math.log(offered) - offered - float(gammaln(c + 1.0))) / float(
+        pdtr(c, offered)
+    )
+    return c * b / (c - offered * (1.0 - b))
+
+
+def stationary_state(
+    rng: np.random.Generator, servers: int, offered: float, p_wait: float
+) -> tuple[int, int]:
+    """(busy servers, queue) drawn from the stationary M/M/c distribution.
+
+    With probability P(wait) every server is busy and the queue is geometric; otherwise the
+    number busy is Poisson(a) conditioned below c (drawn by rejection: a quiet pool has
+    a < c, so a draw is accepted with probability above 0.38).
+    """
+    if rng.random() < p_wait:
+        rho = offered / servers
+        return servers, int(rng.geometric(1.0 - rho)) - 1
+    for _ in range(REJECTION_TRIES):
+        n = int(rng.poisson(offered))
+        if n < servers:
+            return n, 0
+    return servers - 1, 0
+
+
+REJECTION_TRIES = 200
+
+
+__all__ = ["Quiescent", "erlang_c", "stationary_state"]
