@@ -17,8 +17,9 @@ the responder's new proposals by kind, target and operations, so they are not pr
 Concurrency: one lock orders ingestion, ticks and lever decisions. Webhook calls are committed
 in groups (``ingest_many``, driven by ``app/group_commit.py``): the calls queued while the
 previous group committed go in one transaction, each routed as it would be alone, and none is
-answered before that transaction committed. Time comes from the ``Clock`` port: the fleet's clock when a served twin is the
-fleet (its change feed and the incidents share one time base), else the wall clock.
+answered before that transaction committed. Time comes from the ``Clock`` port: the fleet's
+clock when a served twin is the fleet (its change feed and the incidents share one time base),
+else the wall clock.
 """
 
 from __future__ import annotations
