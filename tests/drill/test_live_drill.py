@@ -24,6 +24,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -82,18 +83,17 @@ def _scraped_twice(url: str) -> bool:
     return bool(found) and found[0].value >= 2
 
 
-@pytest.fixture
-def live_l5_fleet(tmp_path: Path) -> Iterator[LiveFleet]:
-    """The L5 drill's twin served at 60x, and a Prometheus scraping it every 0.5 s."""
-    loaded = load_drill(L5)
-    fleet = yaml.safe_load((L5.parent / loaded.spec.fleet).read_text())
-    fleet["start_hour_utc"] = loaded.spec.start_hour_utc
-    fleet_path = tmp_path / "fleet.yaml"
-    fleet_path.write_text(yaml.safe_dump(fleet, sort_keys=False))
+@contextmanager
+def serve_live_fleet(
+    fleet_path: Path, *, seed: int, speed: float, hours: float, scrape_s: float, tmp_path: Path
+) -> Iterator[LiveFleet]:
+    """``twin serve`` of the fleet at ``fleet_path`` at ``speed``x, and a Debian ``prometheus``
+    scraping it every ``scrape_s`` wall seconds, both started as an operator would and stopped on
+    exit; yields once Prometheus has scraped the twin twice."""
     twin_log, token_file = tmp_path / "twin.log", tmp_path / "twin-token"
-    # --hours: a twin this test fails to stop still goes away by itself (90 s of wall)
-    args = ["twin", "serve", str(fleet_path), "--port", "0", "--speed", f"{SPEED:g}"]
-    args += ["--hours", "1.5", "--seed", str(loaded.spec.seed), "--token-file", str(token_file)]
+    # --hours: a twin a test fails to stop still goes away by itself
+    args = ["twin", "serve", str(fleet_path), "--port", "0", "--speed", f"{speed:g}"]
+    args += ["--hours", f"{hours:g}", "--seed", str(seed), "--token-file", str(token_file)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200")
     env.pop("FIREDRILL_TWIN_TOKEN", None)
     with twin_log.open("wb") as log:
@@ -117,7 +117,7 @@ def live_l5_fleet(tmp_path: Path) -> Iterator[LiveFleet]:
         work = tmp_path / "prometheus"
         work.mkdir()
         config = {
-            "global": {"scrape_interval": f"{SCRAPE_S * 1000:.0f}ms", "scrape_timeout": "500ms"},
+            "global": {"scrape_interval": f"{scrape_s * 1000:.0f}ms", "scrape_timeout": "500ms"},
             "scrape_configs": [
                 {
                     "job_name": "firedrill-twin",
@@ -139,18 +139,37 @@ def live_l5_fleet(tmp_path: Path) -> Iterator[LiveFleet]:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        fleet_ = LiveFleet(
+        live = LiveFleet(
             f"http://127.0.0.1:{port}", token_file, prometheus_url, twin_log, prometheus_log
         )
         try:
             wait_for("Prometheus to scrape the twin twice", lambda: _scraped_twice(prometheus_url))
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{fleet_.logs()}") from None
-        yield fleet_
+            raise AssertionError(f"{exc}\n{live.logs()}") from None
+        yield live
     finally:
         if prometheus is not None:
             stop_process(prometheus)
         stop_process(twin)
+
+
+@pytest.fixture
+def live_l5_fleet(tmp_path: Path) -> Iterator[LiveFleet]:
+    """The L5 drill's twin served at 60x, and a Prometheus scraping it every 0.5 s."""
+    loaded = load_drill(L5)
+    fleet = yaml.safe_load((L5.parent / loaded.spec.fleet).read_text())
+    fleet["start_hour_utc"] = loaded.spec.start_hour_utc
+    fleet_path = tmp_path / "fleet.yaml"
+    fleet_path.write_text(yaml.safe_dump(fleet, sort_keys=False))
+    with serve_live_fleet(
+        fleet_path,
+        seed=loaded.spec.seed,
+        speed=SPEED,
+        hours=1.5,
+        scrape_s=SCRAPE_S,
+        tmp_path=tmp_path,
+    ) as live:
+        yield live
 
 
 def _gameday(tmp_path: Path, name: str, *extra: str) -> tuple[dict[str, Any], str]:

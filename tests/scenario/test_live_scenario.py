@@ -18,9 +18,6 @@ and the evidence verifies, all read through the control API.
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,21 +29,13 @@ from typer.testing import CliRunner
 from firedrill.adapters.remote_twin import RemoteTwin
 from firedrill.cli import app
 from firedrill.specfile import load_scenario
-from tests.adapters.test_twin_serve import (
-    firedrill_command,
-    free_port,
-    prometheus_binary,
-    stop_process,
-    wait_for,
-)
-from tests.drill.test_live_drill import LiveFleet, _scraped_twice
+from tests.drill.test_live_drill import LiveFleet, serve_live_fleet
 
 SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "egress-exfil-acme.yaml"
 SPEED = 40.0
 SCRAPE_S = 0.5  # wall seconds; 20 s of the twin's time
 PIPELINE_S = 4 * SPEED * SCRAPE_S
 CONTAINMENT = ["kill_switch", "warm_pool", "pod_quarantine", "promotion_freeze"]
-CONTROL = re.compile(r"control API on http://127\.0\.0\.1:(\d+)/v1/")
 
 
 @pytest.fixture
@@ -55,67 +44,10 @@ def live_fleet(tmp_path: Path) -> Iterator[LiveFleet]:
     spec, fleet, _, _ = load_scenario(SCENARIO)
     fleet_path = tmp_path / "fleet.yaml"
     fleet_path.write_text(yaml.safe_dump(fleet.model_dump(mode="json"), sort_keys=False))
-    twin_log, token_file = tmp_path / "twin.log", tmp_path / "twin-token"
-    # --hours: a twin this test fails to stop still goes away by itself (90 s of wall)
-    args = ["twin", "serve", str(fleet_path), "--port", "0", "--speed", f"{SPEED:g}"]
-    args += ["--hours", "1", "--seed", str(spec.seed), "--token-file", str(token_file)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200")
-    env.pop("FIREDRILL_TWIN_TOKEN", None)
-    with twin_log.open("wb") as log:
-        twin = subprocess.Popen(
-            [*firedrill_command(), *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-            cwd=tmp_path,
-        )  # fmt: skip
-    prometheus: subprocess.Popen[bytes] | None = None
-    try:
-        port = ""
-
-        def serving() -> bool:
-            nonlocal port
-            if twin.poll() is not None:
-                raise AssertionError(f"twin serve exited early:\n{twin_log.read_text()}")
-            found = CONTROL.search(twin_log.read_text(errors="replace"))
-            port = found.group(1) if found else ""
-            return bool(port)
-
-        wait_for("twin serve's control API", serving, timeout_s=30)
-        work = tmp_path / "prometheus"
-        work.mkdir()
-        config = {
-            "global": {"scrape_interval": f"{SCRAPE_S * 1000:.0f}ms", "scrape_timeout": "500ms"},
-            "scrape_configs": [
-                {
-                    "job_name": "firedrill-twin",
-                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-                }
-            ],
-        }
-        (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        prometheus_url = f"http://127.0.0.1:{free_port()}"
-        prometheus_log = work / "prometheus.log"
-        with prometheus_log.open("wb") as log:
-            prometheus = subprocess.Popen(
-                [
-                    prometheus_binary(),
-                    f"--config.file={work / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={work / 'data'}",
-                    f"--web.listen-address={prometheus_url.removeprefix('http://')}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        live = LiveFleet(
-            f"http://127.0.0.1:{port}", token_file, prometheus_url, twin_log, prometheus_log
-        )
-        try:
-            wait_for("Prometheus to scrape the twin twice", lambda: _scraped_twice(prometheus_url))
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{live.logs()}") from None
+    with serve_live_fleet(
+        fleet_path, seed=spec.seed, speed=SPEED, hours=1, scrape_s=SCRAPE_S, tmp_path=tmp_path
+    ) as live:
         yield live
-    finally:
-        if prometheus is not None:
-            stop_process(prometheus)
-        stop_process(twin)
 
 
 def test_a_security_scenario_runs_on_a_live_fleet_with_signals_from_prometheus(
