@@ -26,43 +26,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.twin.fleets import fleet, model  # noqa: E402
+from tests.twin.fleets import erlang_spec, fleet, model, quiet  # noqa: E402
 
 from firedrill.model import operations as ops  # noqa: E402
-from firedrill.model.spec import FleetSpec, LatencySpec, QuiescentSpec, TokensSpec  # noqa: E402
 from firedrill.twin.engine import Twin  # noqa: E402
 from firedrill.twin.serving import erlang_c_wait_s, quantile_from_hist  # noqa: E402
-
-
-def with_quiescent(spec: FleetSpec, on: bool, max_step_s: float = 60.0) -> FleetSpec:
-    return spec.model_copy(update={"quiescent": QuiescentSpec(enabled=on, max_step_s=max_step_s)})
-
-
-def erlang_spec(service_s: float, seats: int, replicas: int, cells: int) -> FleetSpec:
-    lat = LatencySpec(
-        prefill_a_s=0.0,
-        prefill_b_s_per_token=1e-9,
-        prefill_c_s_per_token2=0.0,
-        decode_a_s=service_s / 250.0,
-        decode_b_s_per_token=0.0,
-        decode_c_s_per_seq=0.0,
-        prefill_interference=0.0,
-        cold_cache_penalty=0.0,
-    )
-    c = seats * replicas
-    regions = {
-        f"r{int(rho * 100)}": (cells, replicas, replicas, rho * c / service_s * cells)
-        for rho in (0.5, 0.7, 0.9)
-    }
-    m = model(latency=lat, max_num_seqs=seats, queue_timeout_s=300.0)
-    return fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
 
 
 def erlang_errors(
     service_s: float, seats: int, replicas: int, cells: int, hours: float, seed: int, on: bool
 ) -> tuple[dict[float, float], float]:
     """Relative error of the mean wait against Erlang C per utilisation, and CPU seconds."""
-    spec = with_quiescent(erlang_spec(service_s, seats, replicas, cells), on)
+    spec = quiet(erlang_spec(service_s, seats, replicas, cells), enabled=on)
     t0 = time.process_time()
     twin = Twin(spec, seed=seed, record=False)
     twin.run_for(hours * 3600)
@@ -79,7 +54,7 @@ def erlang_errors(
 
 
 def ttft_errors(seed: int, on: bool, hours: float = 4.0) -> tuple[float, float, float]:
-    spec = with_quiescent(fleet(regions={"r": (1, 8, 8, 1.0)}, m=model()), on)
+    spec = quiet(fleet(regions={"r": (1, 8, 8, 1.0)}, m=model()), enabled=on)
     t0 = time.process_time()
     twin = Twin(spec, seed=seed, record=False)
     twin.run_for(hours * 3600)
@@ -100,7 +75,7 @@ def page_time(seed: int, on: bool) -> tuple[float, float, float]:
             Objective(name="a", product="p", model="llm-70b", sli="availability", target=0.999)
         ]
     )
-    spec = with_quiescent(fleet(regions={"r": (1, 8, 8, 20.0)}, m=model()), on)
+    spec = quiet(fleet(regions={"r": (1, 8, 8, 20.0)}, m=model()), enabled=on)
     t0 = time.process_time()
     twin = Twin(spec, seed=seed, record=True)
     burn = BurnRateEvaluator(slo, twin)
@@ -140,18 +115,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  seed {seed:>3}  1 s: {row[0]}   quiescent: {row[1]}")
     print("TTFT at 1 QPS, 4 h: p50 / 57 ms - 1, p99 / 111 ms - 1")
     for seed in seeds:
-        cells = []
+        outs = []
         for on in (False, True):
             e50, e99, cpu = ttft_errors(seed, on)
-            cells.append(f"{100 * e50:+6.2f}% {100 * e99:+6.2f}% ({cpu:.1f} s)")
-        print(f"  seed {seed:>3}  1 s: {cells[0]}   quiescent: {cells[1]}")
+            outs.append(f"{100 * e50:+6.2f}% {100 * e99:+6.2f}% ({cpu:.1f} s)")
+        print(f"  seed {seed:>3}  1 s: {outs[0]}   quiescent: {outs[1]}")
     print("Outage 5 min in: 14.4x page (workbook 51.8 s) and 6x page (129.6 s), s after")
     for seed in seeds:
-        cells = []
+        outs = []
         for on in (False, True):
             a, b, cpu = page_time(seed, on)
-            cells.append(f"{a:6.1f} {b:6.1f} ({cpu:.1f} s)")
-        print(f"  seed {seed:>3}  1 s: {cells[0]}   quiescent: {cells[1]}")
+            outs.append(f"{a:6.1f} {b:6.1f} ({cpu:.1f} s)")
+        print(f"  seed {seed:>3}  1 s: {outs[0]}   quiescent: {outs[1]}")
     return 0
 
 

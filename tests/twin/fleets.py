@@ -12,6 +12,7 @@ from firedrill.model.spec import (
     ModelSpec,
     NodePoolSpec,
     ProductSpec,
+    QuiescentSpec,
     RegionSpec,
     RegistrySpec,
     ServingConfig,
@@ -90,4 +91,34 @@ def fleet(
             )
         ],
         faults=FaultsSpec(background=[]),
+    )
+
+
+def erlang_spec(service_s: float, seats: int, replicas: int, cells: int) -> FleetSpec:
+    """Cells of identical replicas with a flat decode curve (so services are ``service_s``), at
+    50%, 70% and 90% utilisation in regions ``r50``, ``r70`` and ``r90``: the Erlang C oracle's
+    fleet."""
+    lat = LatencySpec(
+        prefill_a_s=0.0,
+        prefill_b_s_per_token=1e-9,
+        prefill_c_s_per_token2=0.0,
+        decode_a_s=service_s / 250.0,
+        decode_b_s_per_token=0.0,
+        decode_c_s_per_seq=0.0,
+        prefill_interference=0.0,
+        cold_cache_penalty=0.0,
+    )
+    c = seats * replicas
+    regions = {
+        f"r{int(rho * 100)}": (cells, replicas, replicas, rho * c / service_s * cells)
+        for rho in (0.5, 0.7, 0.9)
+    }
+    m = model(latency=lat, max_num_seqs=seats, queue_timeout_s=300.0)
+    return fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
+
+
+def quiet(spec: FleetSpec, *, enabled: bool = True, max_step_s: float = 60.0) -> FleetSpec:
+    """``spec`` with quiescent steps on (or off) at ``max_step_s``."""
+    return spec.model_copy(
+        update={"quiescent": QuiescentSpec(enabled=enabled, max_step_s=max_step_s)}
     )

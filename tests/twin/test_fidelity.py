@@ -16,7 +16,7 @@ from firedrill.model.spec import FaultsSpec, LatencySpec, RegistrySpec, TokensSp
 from firedrill.twin.engine import LOADING, PULLING, READY, Twin
 from firedrill.twin.faults import FaultProcess
 from firedrill.twin.serving import decode_step_s, erlang_c_wait_s, quantile_from_hist
-from tests.twin.fleets import fleet, model
+from tests.twin.fleets import erlang_spec, fleet, model
 
 SERVICE_S = 20.0  # 250 output tokens x 80 ms, prefill ~0
 SEATS_PER_REPLICA = 2
@@ -28,23 +28,7 @@ def erlang_cells(
 ) -> Twin:
     """Cells of identical replicas with a flat decode curve (so services are ``service_s``), at
     50%, 70% and 90% utilisation in regions ``r50``, ``r70`` and ``r90``, run for ``hours``."""
-    lat = LatencySpec(
-        prefill_a_s=0.0,
-        prefill_b_s_per_token=1e-9,
-        prefill_c_s_per_token2=0.0,
-        decode_a_s=service_s / 250.0,
-        decode_b_s_per_token=0.0,
-        decode_c_s_per_seq=0.0,
-        prefill_interference=0.0,
-        cold_cache_penalty=0.0,
-    )
-    c = seats * replicas
-    regions = {
-        f"r{int(rho * 100)}": (cells, replicas, replicas, rho * c / service_s * cells)
-        for rho in (0.5, 0.7, 0.9)
-    }
-    m = model(latency=lat, max_num_seqs=seats, queue_timeout_s=300.0)
-    spec = fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
+    spec = erlang_spec(service_s, seats, replicas, cells)
     twin = Twin(spec, seed=seed, record=False)
     twin.run_for(hours * 3600)
     twin.flush_ttft()

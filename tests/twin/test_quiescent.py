@@ -12,38 +12,11 @@ import pytest
 from pydantic import ValidationError
 
 from firedrill.model import operations as ops
-from firedrill.model.spec import FaultsSpec, FleetSpec, LatencySpec, QuiescentSpec, TokensSpec
+from firedrill.model.spec import FaultsSpec, QuiescentSpec, TokensSpec
 from firedrill.twin.engine import Twin
 from firedrill.twin.quiescent import erlang_c, stationary_state
 from firedrill.twin.serving import erlang_c_wait_s, quantile_from_hist
-from tests.twin.fleets import fleet, model
-
-
-def quiet(spec: FleetSpec, *, enabled: bool = True, max_step_s: float = 60.0) -> FleetSpec:
-    return spec.model_copy(
-        update={"quiescent": QuiescentSpec(enabled=enabled, max_step_s=max_step_s)}
-    )
-
-
-def erlang_spec(service_s: float, seats: int, replicas: int, cells: int) -> FleetSpec:
-    """Cells at 50%, 70% and 90% utilisation (regions r50, r70, r90), flat decode curve."""
-    lat = LatencySpec(
-        prefill_a_s=0.0,
-        prefill_b_s_per_token=1e-9,
-        prefill_c_s_per_token2=0.0,
-        decode_a_s=service_s / 250.0,
-        decode_b_s_per_token=0.0,
-        decode_c_s_per_seq=0.0,
-        prefill_interference=0.0,
-        cold_cache_penalty=0.0,
-    )
-    c = seats * replicas
-    regions = {
-        f"r{int(rho * 100)}": (cells, replicas, replicas, rho * c / service_s * cells)
-        for rho in (0.5, 0.7, 0.9)
-    }
-    m = model(latency=lat, max_num_seqs=seats, queue_timeout_s=300.0)
-    return fleet(regions=regions, m=m, tokens=TokensSpec(output_mean=250.0))
+from tests.twin.fleets import erlang_spec, fleet, model, quiet
 
 
 def _state(twin: Twin) -> list[bytes]:
