@@ -19,7 +19,7 @@ from typing import Any, Final
 import httpx
 
 from firedrill.errors import BadQueryError, SignalsUnavailable
-from firedrill.model.series import Labels
+from firedrill.model.series import Labels, label_value
 
 __all__ = ["AlertmanagerClient", "AmAlert", "Silence"]
 
@@ -38,7 +38,7 @@ class AmAlert:
     inhibited_by: tuple[str, ...]
 
     def label(self, key: str) -> str:
-        return next((v for k, v in self.labels if k == key), "")
+        return label_value(self.labels, key)
 
 
 @dataclass(frozen=True)

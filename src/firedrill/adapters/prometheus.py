@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from firedrill.adapters.clock import TimeMap
 from firedrill.errors import BadQueryError, SignalsUnavailable
-from firedrill.model.series import Labels, Series
+from firedrill.model.series import Labels, Series, label_value
 
 __all__ = ["PrometheusSignals", "Sample", "selector"]
 
@@ -75,7 +75,7 @@ class Sample:
     value: float
 
     def label(self, key: str) -> str:
-        return next((v for k, v in self.labels if k == key), "")
+        return label_value(self.labels, key)
 
 
 def _labels(raw: object) -> Labels:

@@ -43,7 +43,7 @@ from firedrill.calibrate.fit import (
     poisson_rate,
 )
 from firedrill.errors import CalibrationError
-from firedrill.model.series import Labels
+from firedrill.model.series import Labels, label_value
 from firedrill.model.spec import (
     CellSpec,
     FaultsSpec,
@@ -75,7 +75,7 @@ class Sampled:
     values: F64
 
     def label(self, key: str) -> str:
-        return next((v for k, v in self.labels if k == key), "")
+        return label_value(self.labels, key)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Histogram:
     cumulative: F64
 
     def label(self, key: str) -> str:
-        return next((v for k, v in self.labels if k == key), "")
+        return label_value(self.labels, key)
 
 
 @dataclass(frozen=True)

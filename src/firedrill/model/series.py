@@ -15,6 +15,12 @@ def labels_of(**kv: str) -> Labels:
     return tuple(sorted(kv.items()))
 
 
+def label_value(labels: Labels, key: str) -> str:
+    """The value of label ``key``, or "" when the series has none (as PromQL reads a missing
+    label)."""
+    return next((v for k, v in labels if k == key), "")
+
+
 @dataclass(frozen=True)
 class Series:
     """One series over a window: sample times (s since the run's start) and values."""

@@ -47,7 +47,7 @@ from typing import Literal
 
 from firedrill.detect.notify import Notification
 from firedrill.errors import OperationError, UnknownTargetError
-from firedrill.model.series import Labels
+from firedrill.model.series import Labels, label_value
 from firedrill.respond.severity import (
     Assessment,
     Impact,
@@ -131,13 +131,9 @@ class IncidentUpdate:
         return tuple(dict.fromkeys((*self.opened, *self.joined, *self.raised)))
 
 
-def _label(labels: Labels, key: str) -> str:
-    return next((v for k, v in labels if k == key), "")
-
-
 def classify(receiver: str, labels: Labels) -> AlertClass:
     """Security, page or ticket: the alert's ``severity`` label, else the receiver it reached."""
-    severity = _label(labels, "severity")
+    severity = label_value(labels, "severity")
     if severity == "security" or receiver == "security":
         return "security"
     if severity in ("page", "ticket"):
@@ -161,8 +157,8 @@ class ImpactTally:
 
     def add(self, labels: Labels, paid_products: Collection[str] = ()) -> None:
         """Count one more alert (each alert once: the caller deduplicates)."""
-        name = _label(labels, "alertname")
-        if _label(labels, "severity") == "security":
+        name = label_value(labels, "alertname")
+        if label_value(labels, "severity") == "security":
             if name in SIDE_EFFECT_ALERTS:
                 self.side_effects += 1
             elif name in EXFIL_ALERTS:
@@ -170,26 +166,28 @@ class ImpactTally:
             else:
                 self.tripwires += 1
             return
-        factor_text = _label(labels, "burn_factor")
+        factor_text = label_value(labels, "burn_factor")
         factor = (
             float(factor_text)
             if factor_text
-            else BURN_TIER_FACTORS.get(_label(labels, "burn_tier"), 0.0)
+            else BURN_TIER_FACTORS.get(label_value(labels, "burn_tier"), 0.0)
         )
         if factor > 0:
             self.burn_rate = max(self.burn_rate, factor)
-            self.regions.add(_label(labels, "region"))
+            self.regions.add(label_value(labels, "region"))
             self.paid = self.paid or (
-                _label(labels, "tier") == "paid" or _label(labels, "product") in paid_products
+                label_value(labels, "tier") == "paid"
+                or label_value(labels, "product") in paid_products
             )
-        if name == STALLED_JOB_ALERT and _label(labels, "gpus").isdigit():
-            self.gpus_stalled += int(_label(labels, "gpus"))
+        if name == STALLED_JOB_ALERT and label_value(labels, "gpus").isdigit():
+            self.gpus_stalled += int(label_value(labels, "gpus"))
         drop = _drop_pts(labels)
         if drop > 0:  # ModelQualityBurn: a digest's golden-set drop, answers gone wrong
             self.golden_drop_pts = max(self.golden_drop_pts, drop)
-            self.regions.add(_label(labels, "region"))
+            self.regions.add(label_value(labels, "region"))
             self.paid = self.paid or (
-                _label(labels, "tier") == "paid" or _label(labels, "product") in paid_products
+                label_value(labels, "tier") == "paid"
+                or label_value(labels, "product") in paid_products
             )
 
     def impact(self) -> Impact:
@@ -211,7 +209,7 @@ class ImpactTally:
 
 def _drop_pts(labels: Labels) -> float:
     try:
-        drop = float(_label(labels, QUALITY_DROP_LABEL) or 0.0)
+        drop = float(label_value(labels, QUALITY_DROP_LABEL) or 0.0)
     except ValueError:
         return 0.0
     return drop if 0.0 <= drop <= 100.0 else 0.0
@@ -348,7 +346,7 @@ class IncidentBook:
             id=f"INC-{next(self._ids):04d}",
             kind=kind,
             cell=n.cell,
-            region=_label(first, "region"),
+            region=label_value(first, "region"),
             opened_at_s=n.at_s,
             title=title,
         )

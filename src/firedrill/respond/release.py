@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from firedrill.model.release import RolloutView
-from firedrill.model.series import Labels
+from firedrill.model.series import Labels, label_value
 from firedrill.ports import Fleet, Signals
 from firedrill.respond.guards import (
     DigestCatalog,
@@ -59,25 +59,21 @@ class BadDigest:
     cells: tuple[str, ...]
 
 
-def _label(labels: Labels, key: str) -> str:
-    return next((v for k, v in labels if k == key), "")
-
-
 def bad_digests(alerts: Iterable[Labels]) -> list[BadDigest]:
     """The digests an incident's ``ModelQualityBurn`` alerts name, worst drop first."""
     found: dict[tuple[str, str], tuple[float, list[str]]] = {}
     for a in alerts:
-        if _label(a, "alertname") != QUALITY_ALERT:
+        if label_value(a, "alertname") != QUALITY_ALERT:
             continue
-        model, digest = _label(a, "model_name"), _label(a, "digest")
+        model, digest = label_value(a, "model_name"), label_value(a, "digest")
         if not model or not digest:
             continue
         try:
-            drop = float(_label(a, "golden_drop_pts") or 0.0)
+            drop = float(label_value(a, "golden_drop_pts") or 0.0)
         except ValueError:
             drop = 0.0
         worst, cells = found.get((model, digest), (0.0, []))
-        cell = _label(a, "cell")
+        cell = label_value(a, "cell")
         found[(model, digest)] = (max(worst, drop), [*cells, cell] if cell not in cells else cells)
     out = [BadDigest(m, d, drop, tuple(cells)) for (m, d), (drop, cells) in found.items()]
     return sorted(out, key=lambda b: (-b.drop_pts, b.model, b.digest))
@@ -208,9 +204,9 @@ def stable_at_100(
             return check_stable_at_100(model, cells, running_canary=running, on_canary=())
     _, labels, values = signals.instant(CANARY_SHARE, {"model_name": model})
     on_canary = [
-        f"{_label(lab, 'cell')} {v:.0%}"
+        f"{label_value(lab, 'cell')} {v:.0%}"
         for lab, v in zip(labels, values.tolist(), strict=True)
-        if _label(lab, "cell") in cells and math.isfinite(v) and v > 0
+        if label_value(lab, "cell") in cells and math.isfinite(v) and v > 0
     ]
     return check_stable_at_100(model, cells, running_canary=None, on_canary=on_canary)
 

@@ -47,7 +47,7 @@ from firedrill.detect.slo import duration_s
 from firedrill.errors import FiredrillError
 from firedrill.model.changes import ChangeEvent
 from firedrill.model.identity import canonical_identity, same_person
-from firedrill.model.series import Labels, labels_of
+from firedrill.model.series import Labels, label_value, labels_of
 from firedrill.model.state import CellView
 from firedrill.ports import Fleet, Signals
 from firedrill.respond import levers as lv
@@ -558,10 +558,6 @@ class _Declared(Assessment):
         return self.why
 
 
-def _label(labels: Labels, key: str) -> str:
-    return next((v for k, v in labels if k == key), "")
-
-
 _WHAT: Mapping[SymptomKind, str] = {
     "ttft": "latency",
     "availability": "error rates",
@@ -648,7 +644,7 @@ class Responder:
         decl = self._declared.get(inc.id)
         if decl is not None:
             tags.update(decl.tags)
-        names = {_label(a, "alertname") for a in inc.alerts}
+        names = {label_value(a, "alertname") for a in inc.alerts}
         if "HydrateOrigin5xx" in names:
             tags.add("hydrate")
         if inc.kind == "security":
@@ -745,7 +741,9 @@ class Responder:
     def _post(self, inc: Incident, state: _State, plan: CommsPlan, now_s: float) -> None:
         symptom = self.symptom(inc)
         products = list(
-            dict.fromkeys(_label(a, "product") for a in inc.alerts if _label(a, "product"))
+            dict.fromkeys(
+                label_value(a, "product") for a in inc.alerts if label_value(a, "product")
+            )
         )
         product = ", ".join(products) or "ML platform"
         region = inc.region or "all regions"
@@ -832,7 +830,7 @@ class Responder:
             fleet=self.fleet,
             at_s=now_s,
             tags=self.tags(inc),
-            alertnames=tuple(dict.fromkeys(_label(a, "alertname") for a in inc.alerts)),
+            alertnames=tuple(dict.fromkeys(label_value(a, "alertname") for a in inc.alerts)),
             alerts=tuple(inc.alerts),
             applied=frozenset(self._applied_by),
             signals=self.signals,
@@ -1054,7 +1052,7 @@ class Responder:
 
     def _has_burn(self, inc: Incident) -> bool:
         """Judge by burn rate: the incident has a burn alert, or was declared (its users' SLOs)."""
-        return inc.id in self._declared or any(_label(a, "burn_tier") for a in inc.alerts)
+        return inc.id in self._declared or any(label_value(a, "burn_tier") for a in inc.alerts)
 
     def _symptom_value(self, inc: Incident) -> float | None:
         if self.policy.verify.rule == "burn_below" and self._has_burn(inc):
@@ -1064,7 +1062,9 @@ class Responder:
     def _page_alerts_firing(self, inc: Incident) -> list[Labels]:
         firing = set(self.probe.firing())
         return [
-            a for a in inc.alerts if a in firing and _label(a, "severity") in ("page", "security")
+            a
+            for a in inc.alerts
+            if a in firing and label_value(a, "severity") in ("page", "security")
         ]
 
     def _cleared(self, inc: Incident) -> tuple[bool, str]:
