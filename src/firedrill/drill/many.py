@@ -45,9 +45,9 @@ from firedrill.drill.run import Jitter, SteadyStateError, run_drill
 from firedrill.drill.spec import DrillSpec
 from firedrill.errors import FiredrillError
 from firedrill.model.spec import FleetSpec
+from firedrill.ports import EnsembleFactory, WorldFactory
 from firedrill.ports import Executor as ExecutorPort
 from firedrill.ports import Task as Task  # re-exported: the executors take these
-from firedrill.ports import WorldFactory
 from firedrill.remediate.policy import PolicySpec
 
 TERMS: tuple[str, ...] = ("detect_s", "decide_s", "shift_s", "hydrate_s", "time_to_slo_s")
@@ -118,6 +118,7 @@ class DrillJob:
     policy: PolicySpec
     spec_sha256: str | None = None
     make_world: WorldFactory | None = None  # picklable: each worker builds its own worlds
+    make_ensemble: EnsembleFactory | None = None  # picklable: R worlds stepped in lockstep
     injection_jitter_s: float = Jitter.injection_s  # seconds, ± around each injection's time
     demand_noise: float = Jitter.demand_noise  # added to each product's per-minute demand noise
 

@@ -456,6 +456,22 @@ def plan(
 # -- the run ---------------------------------------------------------------------------------------
 
 
+def world_args(
+    spec: DrillSpec, fleet: FleetSpec, *, seed: int | None = None, jitter: Jitter | None = None
+) -> tuple[FleetSpec, int, float]:
+    """The fleet (with the jitter's demand noise), the twin's seed and the hours of the world a
+    run of ``spec`` gets: ``run_drill`` builds its world from them, an ensemble builds R."""
+    run_seed = spec.seed if seed is None else seed
+    twin_seed = run_seed
+    if jitter is not None:
+        twin_seed = int(np.random.SeedSequence([run_seed, jitter.seed]).generate_state(1)[0])
+    return (
+        _effective_fleet(spec, fleet, jitter),
+        twin_seed,
+        (spec.duration_cap_s or 0.0) / 3600.0 + 0.05,
+    )
+
+
 def run_drill(
     spec: DrillSpec,
     fleet: FleetSpec,
@@ -478,14 +494,11 @@ def run_drill(
     if cap is None:
         raise FiredrillError("a drill needs a duration cap")
     run_seed = spec.seed if seed is None else seed
-    fleet_eff = _effective_fleet(spec, fleet, jitter)
+    fleet_eff, twin_seed, hours = world_args(spec, fleet, seed=seed, jitter=jitter)
     if world is None:
         if make_world is None:
             raise FiredrillError("a drill needs a world to run on (or a factory for one)")
-        twin_seed = run_seed
-        if jitter is not None:
-            twin_seed = int(np.random.SeedSequence([run_seed, jitter.seed]).generate_state(1)[0])
-        world = make_world(fleet_eff, twin_seed, cap / 3600.0 + 0.05)
+        world = make_world(fleet_eff, twin_seed, hours)
     model = spec.target.model
     regions = [r.name for r in fleet_eff.regions]
     observer = Observer(world, model, regions)

@@ -31,13 +31,21 @@ from firedrill.ports.fleet import Fleet, FleetHistory
 from firedrill.ports.journal import IntentJournal, JournalStore, ReopenedJournal
 from firedrill.ports.signals import Signals
 from firedrill.ports.training import JobSetLike, RankRecordLike, Training, TrainingReader
-from firedrill.ports.world import DrillWorld, ScenarioWorld, ScenarioWorldFactory, WorldFactory
+from firedrill.ports.world import (
+    DrillWorld,
+    EnsembleFactory,
+    ScenarioWorld,
+    ScenarioWorldFactory,
+    WorldEnsemble,
+    WorldFactory,
+)
 
 __all__ = [
     "Capacity",
     "Clock",
     "Digests",
     "DrillWorld",
+    "EnsembleFactory",
     "Executor",
     "Fleet",
     "FleetHistory",
@@ -53,5 +61,6 @@ __all__ = [
     "Task",
     "Training",
     "TrainingReader",
+    "WorldEnsemble",
     "WorldFactory",
 ]

@@ -9,7 +9,7 @@ chosen at the edge (the CLI and its use cases) and handed in as a ``WorldFactory
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from firedrill.model.operations import Applied
 from firedrill.model.release import RolloutView
@@ -22,6 +22,8 @@ from firedrill.ports.digests import Digests
 from firedrill.ports.fleet import Fleet, FleetHistory
 from firedrill.ports.signals import Signals
 from firedrill.ports.training import Training
+
+_T = TypeVar("_T")
 
 
 class DrillWorld(Fleet, FleetHistory, Signals, Clock, Capacity, Digests, Protocol):
@@ -79,3 +81,20 @@ class ScenarioWorld(DrillWorld, Training, Protocol):
 
 ScenarioWorldFactory = Callable[[FleetSpec, int, float], ScenarioWorld]
 """A fresh world for a scenario: (fleet, seed, hours it will run)."""
+
+
+class WorldEnsemble(Protocol):
+    """R worlds that advance together: one body per world, run in lockstep.
+
+    ``run`` calls body ``k`` with world ``k``; a body's ``advance`` waits until every body still
+    running has asked for time, then the worlds step together (the per-step cost is paid once
+    for all of them). A body that returns drops out. Each world keeps its own random streams, so
+    body ``k`` sees exactly what it would see alone on a fresh world of the same fleet and seed.
+    Returns the bodies' results in order; an exception in a body stops the others and is raised.
+    """
+
+    def run(self, bodies: Sequence[Callable[[DrillWorld], _T]]) -> list[_T]: ...
+
+
+EnsembleFactory = Callable[[Sequence[tuple[FleetSpec, int]], float], WorldEnsemble]
+"""Fresh worlds for [(fleet, seed)] that run ``hours`` in lockstep (the twin's ensemble)."""
