@@ -13,16 +13,35 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from firedrill.adapters.remote_twin import RemoteTwin, load_token
-from firedrill.ports import DrillWorld, ScenarioWorld, ScenarioWorldFactory, WorldFactory
+from firedrill.ports import (
+    DrillWorld,
+    EnsembleFactory,
+    ScenarioWorld,
+    ScenarioWorldFactory,
+    WorldEnsemble,
+    WorldFactory,
+)
+from firedrill.twin.ensemble import TwinEnsemble, embedded_ensemble
 from firedrill.twin.world import TwinWorld, embedded_world
 
 if TYPE_CHECKING:  # httpx and the Prometheus client load only for a live run
     from firedrill.adapters.live_world import LiveWorld
 
-__all__ = ["EMBEDDED", "EMBEDDED_SCENARIO", "live", "load_token", "remote", "remote_scenario"]
+__all__ = [
+    "EMBEDDED",
+    "EMBEDDED_ENSEMBLE",
+    "EMBEDDED_SCENARIO",
+    "live",
+    "load_token",
+    "remote",
+    "remote_scenario",
+]
 
 EMBEDDED: WorldFactory = embedded_world
 """A fresh in-process twin per run (drills, sweeps, plans)."""
+
+EMBEDDED_ENSEMBLE: EnsembleFactory = embedded_ensemble
+"""Fresh in-process twins stepped in lockstep, one per run of a sweep's batch (``--batch``)."""
 
 EMBEDDED_SCENARIO: ScenarioWorldFactory = embedded_world
 """A fresh in-process twin per scenario (``firedrill respond``)."""
@@ -47,8 +66,8 @@ def live(url: str, token: str, prometheus_url: str, *, speed: float = 1.0) -> Li
 
 
 def _satisfies(
-    embedded: TwinWorld, served: RemoteTwin, live_world: LiveWorld
-) -> tuple[DrillWorld, DrillWorld, DrillWorld, ScenarioWorld]:
+    embedded: TwinWorld, served: RemoteTwin, live_world: LiveWorld, ensemble: TwinEnsemble
+) -> tuple[DrillWorld, DrillWorld, DrillWorld, ScenarioWorld, WorldEnsemble]:
     """The twins and the live fleet are drill worlds and scenario worlds (checked by mypy)."""
     drill_world: DrillWorld = embedded
     remote_world: DrillWorld = served
@@ -58,4 +77,5 @@ def _satisfies(
     remote_scenario: ScenarioWorld = served
     live_scenario: ScenarioWorld = live_world
     assert live_scenario is on_live
-    return drill_world, remote_world, on_live, remote_scenario
+    lockstep: WorldEnsemble = ensemble
+    return drill_world, remote_world, on_live, remote_scenario, lockstep

@@ -139,6 +139,13 @@ class Twin(Operations, Scrape, Capacity, Quiescent):
 
     # -- the step -----------------------------------------------------------------------------
     def step(self) -> None:
+        self.step_begin()
+        self._serve()
+        self.step_end()
+
+    def step_begin(self) -> None:
+        """The step up to serving: the clock, due events, reconcile, pulls (an ensemble runs
+        each member's, then serves them together, then runs each member's ``step_end``)."""
         self.t = round(self.t + self.dt, 9)
         self.step_no += 1
         if self._heap:
@@ -148,7 +155,9 @@ class Twin(Operations, Scrape, Capacity, Quiescent):
             self._next_reconcile = self.t + RECONCILE_EVERY_S
         if self.supply.pulls:
             self._hydrate()
-        self._serve()
+
+    def step_end(self) -> None:
+        """The step after serving: the autoscaler, faults, the sub-simulations, the scrape."""
         if self.t >= self._next_autoscale:
             self._autoscale()
             self._next_autoscale = self.t + AUTOSCALE_EVERY_S
