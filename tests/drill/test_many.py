@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import random
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -243,33 +246,72 @@ def _as_batches(seen: Sequence[int], runs: int, size: int) -> list[list[int]]:
     return came
 
 
-def test_the_summary_is_the_same_whatever_the_executor_and_the_batch_size(job: DrillJob) -> None:
-    """Serial one run at a time, 2 processes in batches of 3, Ray in batches of 4: one summary."""
+@dataclasses.dataclass(frozen=True)
+class _KillsItsWorkerOnce:
+    """A world (or ensemble) factory whose first call in any worker ends that worker's process,
+    as a lost node would; every later call builds what ``inner`` builds."""
+
+    inner: Callable[..., Any]
+    marker: Path  # created by the call that kills its worker
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return self.inner(*args)
+        os._exit(1)
+
+
+def test_the_summary_is_the_same_whatever_the_executor_and_the_batch_size(
+    job: DrillJob, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Serial one run at a time, 2 processes in batches of 3, Ray in batches of 4 with an actor
+    lost on the way: one summary."""
     pytest.importorskip("ray")
     import ray
+    import ray.cloudpickle
 
     from firedrill.adapters.ray_executor import RayExecutor
 
     runs = 5  # batches of 3 and of 4 both leave a shorter last batch
     one = run_many(job, runs=runs, seed=SEED, executor=SerialExecutor())
     assert one["verdicts"]["passed"] < runs, "a run that did not pass is in one of the batches"
-    sweeps: list[tuple[int, Executor]] = [
-        (3, ProcessExecutor(2)),
+    # the first batch Ray starts loses its actor: a fresh actor reruns the whole batch
+    killed = tmp_path / "killed"
+    assert job.make_world is not None
+    on_ray = dataclasses.replace(
+        job,
+        make_world=_KillsItsWorkerOnce(job.make_world, killed),
+        make_ensemble=None
+        if job.make_ensemble is None
+        else _KillsItsWorkerOnce(job.make_ensemble, killed),
+    )
+    # Ray's workers get the class by value: they may not import this module
+    by_value: Callable[[object], None] = ray.cloudpickle.register_pickle_by_value
+    by_value(sys.modules[__name__])
+    request.addfinalizer(partial(ray.cloudpickle.unregister_pickle_by_value, sys.modules[__name__]))
+    sweeps: list[tuple[int, DrillJob, Executor]] = [
+        (3, job, ProcessExecutor(2)),
         # Ray's start-up dominates: one small local cluster, once
-        (4, RayExecutor(workers=2, init_options={"num_cpus": 2, "include_dashboard": False})),
+        (
+            4,
+            on_ray,
+            RayExecutor(workers=2, init_options={"num_cpus": 2, "include_dashboard": False}),
+        ),
     ]
-    for size, executor in sweeps:
+    for size, swept, executor in sweeps:
         seen: list[int] = []
 
         def done(o: RunOutcome, seen: list[int] = seen) -> None:
             seen.append(o.index)
 
         got = run_many(
-            dataclasses.replace(job, batch=size), runs=runs, seed=SEED, executor=executor,
+            dataclasses.replace(swept, batch=size), runs=runs, seed=SEED, executor=executor,
             done=done,
         )  # fmt: skip
         assert got == one, type(executor).__name__
         _as_batches(seen, runs, size)  # one done per run, each batch's runs together, in order
+    assert killed.exists(), "an actor was lost during the Ray sweep"
     assert multiprocessing.active_children() == []
     assert not ray.is_initialized()  # the cluster it started is stopped again
 
