@@ -27,9 +27,10 @@ workers. `SerialExecutor` lives here; the process pool (``firedrill.adapters.pro
 and Ray (``firedrill.adapters.ray_executor``) are adapters behind the ``Executor`` port, so that
 nothing here starts a process, handles a signal or imports Ray.
 
-**Ensembles.** The unit of work is a batch, not a run: the tasks are cut into consecutive
-batches of ``job.batch`` runs (`batches`: indices and seeds unchanged, the last batch shorter
-when ``batch`` does not divide the runs), and every executor hands each batch whole to
+**Ensembles.** The unit of work is a batch, not a run: every executor cuts the tasks it is
+given into consecutive batches of ``job.batch`` runs (`batches`: indices and seeds unchanged, the
+last batch shorter when ``batch`` does not divide the runs; the ``Executor`` port is unchanged,
+the batch size travels with the job) and hands each batch whole to `run_unit`, that is to
 ``firedrill.drill.ensemble.run_batch``, which runs it as one ensemble of twins stepped in
 lockstep when the job has a ``make_ensemble`` and one run after the other otherwise. A run of an
 ensemble is the single run with the same seed, bit for bit, so the summary is identical whatever
