@@ -1,10 +1,16 @@
-"""Many runs of a drill: seeds, quantiles, the summary, and executors that agree run for run."""
+"""Many runs of a drill: seeds, quantiles, the summary, and executors and batch sizes that agree
+run for run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
+import os
 import random
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +18,20 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from firedrill.adapters import worlds
 from firedrill.adapters.process_executor import ProcessExecutor
 from firedrill.cli import app
 from firedrill.drill.many import (
     DrillJob,
+    Executor,
     RunOutcome,
     SerialExecutor,
+    Task,
+    batches,
     distribution,
     quantile,
     run_many,
+    run_one,
     run_seed,
     run_seeds,
     summarize,
@@ -28,17 +39,28 @@ from firedrill.drill.many import (
 from firedrill.drill.report import render_many_html, render_many_markdown
 from firedrill.drill.run import Jitter, run_drill
 from firedrill.errors import FiredrillError
+from firedrill.ports import EnsembleFactory
 from firedrill.specfile import load_drill
 from firedrill.twin.world import embedded_world
 
 DRILL = Path(__file__).parent / "many" / "drill.yaml"  # a 15-minute L5 drill on a 12-node fleet
+# the same drill with a steady-state clause that some runs' demand noise breaks (refused runs)
+STEADY_EDGE = Path(__file__).parent / "many" / "steady-edge.yaml"
 RUNS, SEED = 4, 3
+# the embedded twin's ensemble where the adapters have one: batches then run as ensembles, and
+# these tests hold them to the single runs' outcomes; without it a batch runs one after the other
+ENSEMBLE: EnsembleFactory | None = getattr(worlds, "EMBEDDED_ENSEMBLE", None)
+
+
+def _job(path: Path) -> DrillJob:
+    d = load_drill(path)
+    return DrillJob(d.spec, d.fleet, d.slo, d.policy, d.spec_sha256, make_world=embedded_world,
+                    make_ensemble=ENSEMBLE)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def job() -> DrillJob:
-    d = load_drill(DRILL)
-    return DrillJob(d.spec, d.fleet, d.slo, d.policy, d.spec_sha256, make_world=embedded_world)
+    return _job(DRILL)
 
 
 @pytest.fixture(scope="module")
@@ -208,20 +230,125 @@ def test_an_interrupted_pool_stops_every_worker(job: DrillJob) -> None:
     assert multiprocessing.active_children() == []
 
 
-def test_ray_on_a_local_cluster_gives_the_process_summary(
-    job: DrillJob, serial: dict[str, Any]
+def _as_batches(seen: Sequence[int], runs: int, size: int) -> list[list[int]]:
+    """The batches ``seen`` (run indices in ``done`` order) is made of, in the order they came;
+    fails unless each batch's runs came together, in index order."""
+    expected = [[i for i, _ in b] for b in batches([(i, 0) for i in range(runs)], size)]
+    came: list[list[int]] = []
+    at = 0
+    while at < len(seen):
+        unit = next((b for b in expected if b[0] == seen[at]), None)
+        assert unit is not None, f"run {seen[at]} does not start a batch: {seen}"
+        assert list(seen[at : at + len(unit)]) == unit, f"batch {unit} came as {seen}"
+        came.append(unit)
+        at += len(unit)
+    assert sorted(came) == expected
+    return came
+
+
+@dataclasses.dataclass(frozen=True)
+class _KillsItsWorkerOnce:
+    """A world (or ensemble) factory whose first call in any worker ends that worker's process,
+    as a lost node would; every later call builds what ``inner`` builds."""
+
+    inner: Callable[..., Any]
+    marker: Path  # created by the call that kills its worker
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return self.inner(*args)
+        os._exit(1)
+
+
+def test_the_summary_is_the_same_whatever_the_executor_and_the_batch_size(
+    job: DrillJob, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """Serial one run at a time, 2 processes in batches of 3, Ray in batches of 4 with an actor
+    lost on the way: one summary."""
     pytest.importorskip("ray")
+    import ray
+    import ray.cloudpickle
+
     from firedrill.adapters.ray_executor import RayExecutor
 
-    ray_exec = RayExecutor(workers=2, init_options={"num_cpus": 2, "include_dashboard": False})
-    runs = 3  # Ray's start-up dominates: keep the sweep small
-    got = run_many(job, runs=runs, seed=SEED, executor=ray_exec)
-    assert got["results"] == serial["results"][:runs]
-    assert got == run_many(job, runs=runs, seed=SEED, executor=SerialExecutor())
-    import ray
+    runs = 5  # batches of 3 and of 4 both leave a shorter last batch
+    one = run_many(job, runs=runs, seed=SEED, executor=SerialExecutor())
+    assert one["verdicts"]["passed"] < runs, "a run that did not pass is in one of the batches"
+    # the first batch Ray starts loses its actor: a fresh actor reruns the whole batch
+    killed = tmp_path / "killed"
+    assert job.make_world is not None
+    on_ray = dataclasses.replace(
+        job,
+        make_world=_KillsItsWorkerOnce(job.make_world, killed),
+        make_ensemble=None
+        if job.make_ensemble is None
+        else _KillsItsWorkerOnce(job.make_ensemble, killed),
+    )
+    # Ray's workers get the class by value: they may not import this module
+    by_value: Callable[[object], None] = ray.cloudpickle.register_pickle_by_value
+    by_value(sys.modules[__name__])
+    request.addfinalizer(partial(ray.cloudpickle.unregister_pickle_by_value, sys.modules[__name__]))
+    sweeps: list[tuple[int, DrillJob, Executor]] = [
+        (3, job, ProcessExecutor(2)),
+        # Ray's start-up dominates: one small local cluster, once
+        (
+            4,
+            on_ray,
+            RayExecutor(workers=2, init_options={"num_cpus": 2, "include_dashboard": False}),
+        ),
+    ]
+    for size, swept, executor in sweeps:
+        seen: list[int] = []
 
+        def done(o: RunOutcome, seen: list[int] = seen) -> None:
+            seen.append(o.index)
+
+        got = run_many(
+            dataclasses.replace(swept, batch=size), runs=runs, seed=SEED, executor=executor,
+            done=done,
+        )  # fmt: skip
+        assert got == one, type(executor).__name__
+        _as_batches(seen, runs, size)  # one done per run, each batch's runs together, in order
+    assert killed.exists(), "an actor was lost during the Ray sweep"
+    assert multiprocessing.active_children() == []
     assert not ray.is_initialized()  # the cluster it started is stopped again
+
+
+def test_batches_are_consecutive_runs_and_the_last_may_be_shorter() -> None:
+    tasks: list[Task] = list(enumerate(run_seeds(SEED, 7)))
+    assert batches(tasks, 3) == [tasks[0:3], tasks[3:6], tasks[6:7]]
+    assert batches(tasks, 7) == [tasks] == batches(tasks, 50)
+    assert batches(tasks, 1) == [[t] for t in tasks]
+    assert batches([], 4) == []
+    with pytest.raises(FiredrillError, match="at least 1 run"):
+        batches(tasks, 0)
+
+
+def test_a_batch_must_hold_at_least_one_run(job: DrillJob) -> None:
+    with pytest.raises(FiredrillError, match=r"a batch is at least 1 run \(got 0\)"):
+        dataclasses.replace(job, batch=0)
+
+
+def test_refused_and_failed_runs_inside_a_batch_have_their_outcomes_alone() -> None:
+    edge = dataclasses.replace(_job(STEADY_EDGE), batch=4)
+    runs = 6  # batches of runs 0-3 and 4-5
+    seen: list[int] = []
+    summary = run_many(
+        edge, runs=runs, seed=SEED, executor=SerialExecutor(), done=lambda o: seen.append(o.index)
+    )
+    assert seen == list(range(runs))
+    verdicts = [r["verdict"] for r in summary["results"]]
+    for unit in ([0, 1, 2, 3], [4, 5]):
+        inside = {verdicts[i] for i in unit}
+        assert "refused" in inside, f"runs {unit} hold a refusal: {verdicts}"
+        assert len(inside) > 1, f"runs {unit} hold a run that was not refused: {verdicts}"
+    assert "failed" in verdicts
+    tasks = enumerate(run_seeds(SEED, runs))
+    for (index, seed), swept in zip(tasks, summary["results"], strict=True):
+        assert run_one(edge, index, seed).to_json() == swept
+    assert summary == run_many(dataclasses.replace(edge, batch=1), runs=runs, seed=SEED)
 
 
 # -- the command line ------------------------------------------------------------------------------
@@ -239,11 +366,40 @@ def test_gameday_run_with_runs_writes_the_summary_and_exits_by_pass_rate(
     assert summary == {**serial, "spec_path": str(DRILL)}
     assert (out / "summary.md").read_text() == render_many_markdown(summary)
     assert (out / "summary.html").read_text() == render_many_html(summary)
-    # one worker runs in this process; a lower bar passes the same sweep
+    # one worker runs in this process; a lower bar passes the same sweep, in ensembles of 3
+    again = tmp_path / "again.json"
     res = CliRunner().invoke(
-        app, [*args[:-5], "--workers", "1", "--min-pass-rate", "0.5", "--quiet"]
-    )
+        app,
+        [*args[:-5], "--workers", "1", "--min-pass-rate", "0.5", "--batch", "3", "--json",
+         str(again)],
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
+    assert json.loads(again.read_text()) == summary
+    assert f"{RUNS} runs in " in res.output
+    assert "runs/s; process, 1 worker, in ensembles of 3)" in res.output
+
+
+def test_the_default_batch_gives_every_worker_an_ensemble_of_at_most_32_runs() -> None:
+    from firedrill.cli.many import default_batch
+
+    assert default_batch(4, 2) == 2
+    assert default_batch(5, 2) == 3  # ceil: two ensembles, the second shorter
+    assert default_batch(3, 8) == 1  # fewer runs than workers: one run each
+    assert default_batch(1000, 2) == 32
+    assert default_batch(64, 1) == 32
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch", "2"], "--batch groups the runs of a sweep: give --runs N (N > 1)"),
+        (["--runs", "2", "--batch", "0"], "Invalid value for '--batch'"),
+    ],
+)
+def test_gameday_run_refuses_a_batch_it_cannot_use(args: list[str], message: str) -> None:
+    res = CliRunner().invoke(app, ["gameday", "run", str(DRILL), *args])
+    assert res.exit_code == 2
+    assert message in " ".join(res.output.replace("│", " ").split())
 
 
 @pytest.mark.parametrize(

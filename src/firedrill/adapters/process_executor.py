@@ -2,10 +2,12 @@
 
 Processes and signals are the edge of the system: the sweep itself (``drill/many.py``) only hands
 an executor its job and ``(index, seed)`` tasks. Each worker is started with ``spawn`` (no state
-is inherited but the job), receives the job once through the pool's initializer, then tasks one
-at a time. Ctrl-C (or any error) terminates the workers and waits for them, so nothing is left
-running; a run interrupted that way leaves nothing behind either, since every run is on its own
-in-process world.
+is inherited but the job), receives the job once through the pool's initializer, then batches of
+``job.batch`` tasks one at a time (``drill.many.batches``: one submit per batch, run as one
+ensemble by ``drill.many.run_unit``); a finished batch reports its runs in index order. Ctrl-C
+(or any error) terminates the workers and waits for them, so nothing is left running; a run
+interrupted that way leaves nothing behind either, since every run is on its own in-process
+world.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from firedrill.drill.many import DoneFn, DrillJob, RunOutcome, Task, run_one
+from firedrill.drill.many import DoneFn, DrillJob, RunOutcome, Task, batches, run_unit
 from firedrill.errors import FiredrillError
 
 __all__ = ["ProcessExecutor", "usable_cpus"]
@@ -30,10 +32,10 @@ def _init_worker(job: DrillJob) -> None:
     _WORKER_JOB = job
 
 
-def _run_task(task: Task) -> RunOutcome:
+def _run_batch(batch: list[Task]) -> list[RunOutcome]:
     if _WORKER_JOB is None:
         raise RuntimeError("the worker was started without its drill")
-    return run_one(_WORKER_JOB, task[0], task[1])
+    return run_unit(_WORKER_JOB, batch)
 
 
 def usable_cpus() -> int:
@@ -45,7 +47,7 @@ def usable_cpus() -> int:
 
 
 class ProcessExecutor:
-    """A pool of ``workers`` local processes."""
+    """A pool of ``workers`` local processes (no more than there are batches)."""
 
     def __init__(self, workers: int | None = None) -> None:
         if workers is not None and workers < 1:
@@ -55,13 +57,15 @@ class ProcessExecutor:
     def run(self, job: DrillJob, tasks: Sequence[Task], done: DoneFn) -> list[RunOutcome]:
         if not tasks:
             return []
+        units = batches(tasks, job.batch)
         ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(min(self.workers, len(tasks)), initializer=_init_worker, initargs=(job,))
+        pool = ctx.Pool(min(self.workers, len(units)), initializer=_init_worker, initargs=(job,))
         out: list[RunOutcome] = []
         try:
-            for outcome in pool.imap_unordered(_run_task, tasks, chunksize=1):
-                done(outcome)
-                out.append(outcome)
+            for outcomes in pool.imap_unordered(_run_batch, units, chunksize=1):
+                for outcome in outcomes:
+                    done(outcome)
+                    out.append(outcome)
             pool.close()
         except BaseException:
             pool.terminate()

@@ -3,17 +3,19 @@
 The adapter side of `firedrill.drill.many`: the same runs, fanned out over Ray actors instead of
 local processes, so a sweep of thousands of runs can use a whole cluster. Each actor receives the
 loaded drill once (put in the object store once, resolved in the actor's constructor) and then
-only ``(index, seed)`` pairs; it returns a `RunOutcome` of a few hundred bytes. Runs are handed
-to whichever actor is free, and the summary sorts them by index, so it is the same as with
-processes, whatever the number of actors.
+only batches of ``(index, seed)`` pairs: one actor call per batch of ``job.batch`` runs
+(``drill.many.batches``), run as one ensemble (``drill.many.run_unit``), returning a
+`RunOutcome` of a few hundred bytes per run. Batches are handed to whichever actor is free; a
+finished batch reports its runs in index order, and the summary sorts them by index, so it is
+the same as with processes, whatever the number of actors and the batch size.
 
 Without an address, Ray starts a local cluster for the sweep with ``workers`` CPUs (default: the
 usable cores) and stops it afterwards. With an address (``ray://head:10001`` or ``auto``), it
 connects to that cluster; its workers must have the same ``firedrill`` installed. Ray is an
 optional dependency (``pip install 'firedrill[ray]'``); nothing imports it until a sweep asks
 for it. Ctrl-C kills the actors and, for a local cluster, stops it: nothing is left running. An
-actor lost with its node is replaced and its run rerun (twice at most): a run is pure and
-deterministic, so the rerun has the same outcome.
+actor lost with its node is replaced and its batch rerun whole (twice at most per batch): a run
+is pure and deterministic, so the rerun has the same outcomes.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from firedrill.adapters.process_executor import usable_cpus
-from firedrill.drill.many import DoneFn, DrillJob, RunOutcome, Task, run_one
+from firedrill.drill.many import DoneFn, DrillJob, RunOutcome, Task, batches, run_unit
 from firedrill.errors import FiredrillError
 
-MAX_LOST_ACTORS = 2  # a run whose actor died this often fails the sweep
+MAX_LOST_ACTORS = 2  # a batch whose actor died more often than this fails the sweep
 
 
 class RayUnavailableError(FiredrillError):
@@ -34,13 +36,13 @@ class RayUnavailableError(FiredrillError):
 
 
 class _Runner:
-    """A Ray actor holding the loaded drill; runs it once per call."""
+    """A Ray actor holding the loaded drill; runs one batch of it per call."""
 
     def __init__(self, job: DrillJob) -> None:
         self.job = job
 
-    def run(self, index: int, seed: int) -> RunOutcome:
-        return run_one(self.job, index, seed)
+    def run(self, batch: list[Task]) -> list[RunOutcome]:
+        return run_unit(self.job, batch)
 
 
 def _ray() -> Any:
@@ -56,7 +58,8 @@ def _ray() -> Any:
 class RayExecutor:
     """Runs a sweep on Ray: a local cluster of ``workers`` CPUs, or the cluster at ``address``.
 
-    ``workers`` is the number of actors (one CPU each); by default, every CPU of the cluster.
+    ``workers`` is the number of actors (one CPU each; no more than there are batches); by
+    default, every CPU of the cluster.
     ``init_options`` are passed on to ``ray.init`` (tests use them to keep the local cluster
     small and quiet).
     """
@@ -99,17 +102,18 @@ class RayExecutor:
         started = self._init(ray)
         actors: list[Any] = []
         try:
+            units = batches(tasks, job.batch)
             cpus = int(ray.cluster_resources().get("CPU", 1))
-            count = min(self.workers or max(cpus, 1), len(tasks))
+            count = min(self.workers or max(cpus, 1), len(units))
             runner = ray.remote(num_cpus=1)(_Runner)
             job_ref = ray.put(job)
             actors = [runner.remote(job_ref) for _ in range(count)]
-            queue = list(reversed(tasks))
-            busy: dict[Any, tuple[Any, Task]] = {}  # object ref -> (its actor, its task)
-            lost: dict[int, int] = {}  # run index -> actors lost while running it
+            queue = list(reversed(range(len(units))))  # batch numbers, the next one last
+            busy: dict[Any, tuple[Any, int]] = {}  # object ref -> (its actor, its batch number)
+            lost: dict[int, int] = {}  # batch number -> actors lost while running it
 
-            def submit(actor: Any, task: Task) -> None:
-                busy[actor.run.remote(*task)] = (actor, task)
+            def submit(actor: Any, unit: int) -> None:
+                busy[actor.run.remote(units[unit])] = (actor, unit)
 
             for actor in actors:
                 if queue:
@@ -118,21 +122,22 @@ class RayExecutor:
             while busy:
                 ready, _ = ray.wait(list(busy), num_returns=1)
                 for ref in ready:
-                    actor, task = busy.pop(ref)
+                    actor, unit = busy.pop(ref)
                     try:
-                        outcome: RunOutcome = ray.get(ref)
+                        outcomes: list[RunOutcome] = ray.get(ref)
                     except ray.exceptions.RayActorError:
                         # the actor died (its node was lost): a run is pure and deterministic,
-                        # so a fresh actor reruns it with the same outcome
-                        lost[task[0]] = lost.get(task[0], 0) + 1
-                        if lost[task[0]] > MAX_LOST_ACTORS:
+                        # so a fresh actor reruns the whole batch with the same outcomes
+                        lost[unit] = lost.get(unit, 0) + 1
+                        if lost[unit] > MAX_LOST_ACTORS:
                             raise
                         actor = runner.remote(job_ref)
                         actors.append(actor)
-                        submit(actor, task)
+                        submit(actor, unit)
                         continue
-                    done(outcome)
-                    out.append(outcome)
+                    for outcome in outcomes:
+                        done(outcome)
+                        out.append(outcome)
                     if queue:
                         submit(actor, queue.pop())
             return out

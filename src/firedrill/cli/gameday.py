@@ -332,6 +332,14 @@ def run(
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Ray cluster (ray://host:10001, auto).")
     ] = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="--runs: runs per ensemble (default min(32, ceil(N / workers)); 1: one at a "
+            "time). The summary is the same whatever it is.",
+        ),
+    ] = None,
     min_pass_rate: Annotated[
         float, typer.Option("--min-pass-rate", help="--runs: exit 1 below this pass rate.")
     ] = 1.0,
@@ -341,6 +349,11 @@ def run(
     With --target and --prometheus the drill runs on a live fleet, in wall time: operations go
     to the target, hypothesis, stop conditions and RTO terms are read from Prometheus.
     """
+    if batch is not None and runs == 1:
+        raise typer.BadParameter(
+            "--batch groups the runs of a sweep: give --runs N (N > 1) with it",
+            param_hint="--batch",
+        )
     loaded = _load(drill)
     if out is not None and runs == 1:  # a sweep names its own files in OUT (summary.*)
         json_out = json_out or out / "result.json"
@@ -371,6 +384,7 @@ def run(
                 executor=executor, workers=workers, ray_address=ray_address, json_out=json_out,
                 md_out=markdown, html_out=html, out=out, min_pass_rate=min_pass_rate,
                 quiet=quiet, target=target, db=db,
+                batch=batch,
             )
         )  # fmt: skip
     from firedrill.app.gameday import Refused, run_gameday

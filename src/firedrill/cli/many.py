@@ -1,17 +1,20 @@
 """``firedrill gameday run DRILL --runs N``: the drill N times with jitter, and the distributions.
 
 Thin entry point over `firedrill.drill.many`: builds the executor (local processes by default,
-or Ray: a local cluster, or the one at ``--ray-address``), shows a progress bar counting finished
-runs, writes the summary as JSON, Markdown and HTML (``drill.report.render_many_*``), prints the
-pass rate, the RTO terms' p50/p95/p99 against the plan and the runs that did not pass with the
-command that reruns each alone, and exits 0 when the pass rate reaches ``--min-pass-rate``
-(default: every run passed), 1 otherwise, 130 when cancelled with Ctrl-C.
+or Ray: a local cluster, or the one at ``--ray-address``), cuts the runs into ensembles of
+``--batch R`` runs (default `default_batch`: at least one ensemble per worker, at most 32 runs
+each; the summary is the same whatever R), shows a progress bar counting finished runs, writes
+the summary as JSON, Markdown and HTML (``drill.report.render_many_*``), prints the pass rate,
+the RTO terms' p50/p95/p99 against the plan and the runs that did not pass with the command that
+reruns each alone, and exits 0 when the pass rate reaches ``--min-pass-rate`` (default: every
+run passed), 1 otherwise, 130 when cancelled with Ctrl-C.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,8 +38,25 @@ from firedrill.model.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from firedrill.drill.many import Executor, RunOutcome
+    from firedrill.ports import EnsembleFactory
 
 SHOWN_NOT_PASSED = 10  # runs that did not pass, listed on the terminal (all are in the JSON)
+MAX_DEFAULT_BATCH = 32  # runs per ensemble when --batch is not given
+
+
+def default_batch(runs: int, workers: int) -> int:
+    """Runs per ensemble without ``--batch``: ``min(32, ceil(runs / workers))``, so that every
+    worker gets at least one ensemble."""
+    return max(1, min(MAX_DEFAULT_BATCH, math.ceil(runs / max(1, workers))))
+
+
+def _embedded_ensemble() -> EnsembleFactory | None:
+    """The embedded twin's ensemble factory, where the adapters provide one; without it a
+    batch's runs go one after the other (the same outcomes)."""
+    from firedrill.adapters import worlds
+
+    factory: EnsembleFactory | None = getattr(worlds, "EMBEDDED_ENSEMBLE", None)
+    return factory
 
 
 class ExecutorKind(enum.StrEnum):
@@ -165,6 +185,7 @@ def run_sweep(
     executor: ExecutorKind,
     workers: int | None,
     ray_address: str | None,
+    batch: int | None = None,
     json_out: Path | None,
     md_out: Path | None,
     html_out: Path | None,
@@ -186,16 +207,21 @@ def run_sweep(
         )
     if not 0.0 <= min_pass_rate <= 1.0:
         raise typer.BadParameter("a rate between 0 and 1", param_hint="--min-pass-rate")
+    if batch is not None and batch < 1:
+        raise typer.BadParameter(f"at least 1 run per ensemble (got {batch})", param_hint="--batch")
     ex = make_executor(executor, workers, ray_address)
+    batch = batch or default_batch(runs, workers or usable_cpus())
     job = DrillJob(
-        spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256, make_world=EMBEDDED
-    )
+        spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256, make_world=EMBEDDED,
+        make_ensemble=_embedded_ensemble(), batch=batch,
+    )  # fmt: skip
     counts = {"passed": 0, "failed": 0, "aborted": 0, "refused": 0}
     where = ray_address or "local"
     n = workers or (min(usable_cpus(), runs) if executor is ExecutorKind.process else None)
     how = f"{executor.value}, " + ("every CPU of the cluster" if n is None else f"{n} worker")
     how += "s" if n is not None and n > 1 else ""
     how += f", {where}" if executor is ExecutorKind.ray else ""
+    how += f", in ensembles of {batch}" if batch > 1 else ", one run at a time"
     wall0 = time.perf_counter()
     with Progress(
         TextColumn("[bold]gameday[/] {task.description}"),

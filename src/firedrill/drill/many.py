@@ -27,6 +27,16 @@ workers. `SerialExecutor` lives here; the process pool (``firedrill.adapters.pro
 and Ray (``firedrill.adapters.ray_executor``) are adapters behind the ``Executor`` port, so that
 nothing here starts a process, handles a signal or imports Ray.
 
+**Ensembles.** The unit of work is a batch, not a run: every executor cuts the tasks it is
+given into consecutive batches of ``job.batch`` runs (`batches`: indices and seeds unchanged, the
+last batch shorter when ``batch`` does not divide the runs; the ``Executor`` port is unchanged,
+the batch size travels with the job) and hands each batch whole to `run_unit`, that is to
+``firedrill.drill.ensemble.run_batch``, which runs it as one ensemble of twins stepped in
+lockstep when the job has a ``make_ensemble`` and one run after the other otherwise. A run of an
+ensemble is the single run with the same seed, bit for bit, so the summary is identical whatever
+the batch size too. ``done`` is still called once per run, in index order within a batch, as
+each batch finishes: a progress bar counts runs. ``batch = 1`` is one run per unit of work.
+
 **Worlds.** Every run is on a fresh world from the job's ``make_world`` (the embedded twin, as the
 caller chooses it): a picklable factory, so a worker builds its own.
 """
@@ -121,6 +131,11 @@ class DrillJob:
     make_ensemble: EnsembleFactory | None = None  # picklable: R worlds stepped in lockstep
     injection_jitter_s: float = Jitter.injection_s  # seconds, ± around each injection's time
     demand_noise: float = Jitter.demand_noise  # added to each product's per-minute demand noise
+    batch: int = 1  # runs per unit of work (one ensemble); see the module doc
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise FiredrillError(f"a batch is at least 1 run (got {self.batch})")
 
     def jitter(self, seed: int) -> Jitter:
         return Jitter(
@@ -199,15 +214,34 @@ DoneFn = Callable[[RunOutcome], None]
 Executor = ExecutorPort[DrillJob, RunOutcome]  # runs a job's tasks; see ``firedrill.ports``
 
 
+def batches(tasks: Sequence[Task], size: int) -> list[list[Task]]:
+    """``tasks`` cut into consecutive batches of ``size`` (the last one shorter if need be)."""
+    if size < 1:
+        raise FiredrillError(f"a batch is at least 1 run (got {size})")
+    return [list(tasks[i : i + size]) for i in range(0, len(tasks), size)]
+
+
+def run_unit(job: DrillJob, batch: Sequence[Task]) -> list[RunOutcome]:
+    """One unit of work: the batch's outcomes, in its order (one ensemble when the job has one)."""
+    # drill.ensemble imports this module: imported here, when a batch runs
+    from firedrill.drill.ensemble import run_batch
+
+    outcomes = run_batch(job, batch)
+    got = [(o.index, o.seed) for o in outcomes]
+    if got != list(batch):
+        raise FiredrillError(f"a batch of runs {[i for i, _ in batch]} returned runs {got}")
+    return outcomes
+
+
 class SerialExecutor:
-    """One run after the other in this process (tests, and ``--workers 1`` without a pool)."""
+    """One batch after the other in this process (tests, and ``--workers 1`` without a pool)."""
 
     def run(self, job: DrillJob, tasks: Sequence[Task], done: DoneFn) -> list[RunOutcome]:
         out: list[RunOutcome] = []
-        for index, seed in tasks:
-            outcome = run_one(job, index, seed)
-            done(outcome)
-            out.append(outcome)
+        for batch in batches(tasks, job.batch):
+            for outcome in run_unit(job, batch):
+                done(outcome)
+                out.append(outcome)
         return out
 
 
@@ -222,7 +256,8 @@ def run_many(
     executor: Executor | None = None,
     done: DoneFn | None = None,
 ) -> dict[str, Any]:
-    """Run the drill ``runs`` times (seeds from ``seed``) and summarise (see `summarize`)."""
+    """Run the drill ``runs`` times (seeds from ``seed``) in batches of ``job.batch``, and
+    summarise (see `summarize`): the same summary whatever the executor and the batch size."""
     if runs < 1:
         raise FiredrillError(f"--runs must be at least 1 (got {runs})")
     tasks = list(enumerate(run_seeds(seed, runs)))
