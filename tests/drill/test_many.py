@@ -47,9 +47,8 @@ DRILL = Path(__file__).parent / "many" / "drill.yaml"  # a 15-minute L5 drill on
 # the same drill with a steady-state clause that some runs' demand noise breaks (refused runs)
 STEADY_EDGE = Path(__file__).parent / "many" / "steady-edge.yaml"
 RUNS, SEED = 4, 3
-# the embedded twin's ensemble where the adapters have one: batches then run as ensembles, and
-# these tests hold them to the single runs' outcomes; without it a batch runs one after the other
-ENSEMBLE: EnsembleFactory | None = getattr(worlds, "EMBEDDED_ENSEMBLE", None)
+# the embedded twin's ensemble: batches run as ensembles, held to the single runs' outcomes
+ENSEMBLE: EnsembleFactory = worlds.EMBEDDED_ENSEMBLE
 
 
 def _job(path: Path) -> DrillJob:

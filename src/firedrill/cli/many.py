@@ -38,7 +38,6 @@ from firedrill.model.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from firedrill.drill.many import Executor, RunOutcome
-    from firedrill.ports import EnsembleFactory
 
 SHOWN_NOT_PASSED = 10  # runs that did not pass, listed on the terminal (all are in the JSON)
 MAX_DEFAULT_BATCH = 32  # runs per ensemble when --batch is not given
@@ -48,15 +47,6 @@ def default_batch(runs: int, workers: int) -> int:
     """Runs per ensemble without ``--batch``: ``min(32, ceil(runs / workers))``, so that every
     worker gets at least one ensemble."""
     return max(1, min(MAX_DEFAULT_BATCH, math.ceil(runs / max(1, workers))))
-
-
-def _embedded_ensemble() -> EnsembleFactory | None:
-    """The embedded twin's ensemble factory, where the adapters provide one; without it a
-    batch's runs go one after the other (the same outcomes)."""
-    from firedrill.adapters import worlds
-
-    factory: EnsembleFactory | None = getattr(worlds, "EMBEDDED_ENSEMBLE", None)
-    return factory
 
 
 class ExecutorKind(enum.StrEnum):
@@ -197,7 +187,7 @@ def run_sweep(
 ) -> ExitCode:
     """Run the sweep and report it; returns the exit code."""
     from firedrill.adapters.process_executor import usable_cpus
-    from firedrill.adapters.worlds import EMBEDDED
+    from firedrill.adapters.worlds import EMBEDDED, EMBEDDED_ENSEMBLE
     from firedrill.drill.many import DrillJob, run_many
 
     if target is not None or db is not None:
@@ -213,7 +203,7 @@ def run_sweep(
     batch = batch or default_batch(runs, workers or usable_cpus())
     job = DrillJob(
         spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256, make_world=EMBEDDED,
-        make_ensemble=_embedded_ensemble(), batch=batch,
+        make_ensemble=EMBEDDED_ENSEMBLE, batch=batch,
     )  # fmt: skip
     counts = {"passed": 0, "failed": 0, "aborted": 0, "refused": 0}
     where = ray_address or "local"
