@@ -58,6 +58,50 @@ _SEATS = (  # rebound together when a bundle changes (``TwinState.update_seats``
 )
 
 
+# The serving state, held by the ensemble as [R, ...] arrays whose rows are the members' own
+# arrays (each member's attribute is a view of its row): what the twin changes in place between
+# steps is in the stacked array already, and the step adds to every member's counters at once.
+_OWNED = (
+    "queue", "_pending_admit", "tpot_hist", "errors", "ok", "requests", "preemptions", "ready",
+    "busy", "busy_fast", "_busy_seen", "lam", "lam_warm", "slow_sum", "error_fraction",
+    "error_fail_fast", "kv_usage", "_factor_acc", "_extra_acc", "_wait_corr_acc", "tpot_sum",
+    "kv_usage_sum", "util_sum", "ready_sum",
+)  # fmt: skip
+
+
+class _Pack:
+    """The members served together and their stacked serving state (see ``_OWNED``)."""
+
+    def __init__(self, twins: Sequence[Twin]) -> None:
+        self.members = list(twins)
+        self.arrays: dict[str, np.ndarray] = {}
+        self.views: dict[str, list[np.ndarray]] = {}
+        for name in _OWNED:
+            stacked = np.stack([getattr(t, name) for t in twins])
+            rows = list(stacked)
+            for t, row in zip(twins, rows, strict=True):
+                setattr(t, name, row)
+            self.arrays[name] = stacked
+            self.views[name] = rows
+
+    def holds(self, twins: Sequence[Twin]) -> bool:
+        """Whether ``twins`` are its members in its order, each holding its rows: an attribute
+        the twin rebound since (a new array) is copied into its row and the row given back."""
+        if len(twins) != len(self.members) or any(
+            a is not b for a, b in zip(twins, self.members, strict=True)
+        ):
+            return False
+        for name, rows in self.views.items():
+            for t, row in zip(twins, rows, strict=True):
+                now = getattr(t, name)
+                if now is not row:
+                    if now.shape != row.shape:
+                        return False
+                    row[...] = now
+                    setattr(t, name, row)
+        return True
+
+
 def can_serve_together(a: Twin, b: Twin) -> bool:
     """Whether two twins' serving steps have the same shape and constants (one fleet's)."""
     if a.pd is not None or b.pd is not None:
@@ -83,6 +127,8 @@ class ServeTogether:
         self.first = first
         self._seats_of: tuple[object, ...] = ()
         self._seats: dict[str, np.ndarray] = {}
+        self._pack: _Pack | None = None
+        self.packs = 0  # stacked states built (one, and one more each time members drop out)
 
     def serve(self, twins: Sequence[Twin]) -> None:
         batch = [t for t in twins if id(t) in self.together]
@@ -92,7 +138,14 @@ class ServeTogether:
         if len(batch) == 1:
             batch[0]._serve()
         elif batch:
-            self._serve(batch)
+            if self._pack is None or not self._pack.holds(batch):
+                self._pack = _Pack(batch)  # the first step, or members dropped out
+                self.packs += 1
+            self._serve(batch, self._pack.arrays)
+
+    def _rows(self, runs: int) -> I64:
+        rows: I64 = np.arange(runs)[:, None]
+        return rows
 
     def _seat_arrays(self, twins: Sequence[Twin]) -> dict[str, np.ndarray]:
         """The bundle-dependent per-pool arrays, stacked; restacked only when one was rebound."""
@@ -104,7 +157,7 @@ class ServeTogether:
             self._seats_of = now
         return self._seats
 
-    def _serve(self, twins: Sequence[Twin]) -> None:
+    def _serve(self, twins: Sequence[Twin], st: dict[str, np.ndarray]) -> None:
         c = self.first
         shape = c.shape
         nc = len(c.cell_names)
@@ -130,45 +183,43 @@ class ServeTogether:
                 lam[k], lost[k] = t._partition_losses(flow[k], lam[k], lost[k])
         rtt = (flow * cross[None, None, :, :]).sum(axis=2).reshape(runs, -1) * CROSS_REGION_RTT_S
         extra = rtt / np.maximum(lam, 1e-12)
-        lam_warm = np.stack([t.lam_warm if t.step_no != 1 else lam[k] for k, t in enumerate(twins)])
+        st["lam"][...] = lam
+        lam_warm = st["lam_warm"]
+        for k, t in enumerate(twins):
+            if t.step_no == 1:
+                lam_warm[k] = lam[k]  # the run starts with warm prefix caches
         lam_warm += (lam - lam_warm) * c.warm_gain
         for k, t in enumerate(twins):
-            t.lam = lam[k]
-            if t.step_no == 1:
-                t.lam_warm = lam_warm[k].copy()  # the run starts with warm prefix caches
-            else:
-                t.lam_warm[...] = lam_warm[k]
-            if t.recovery.homing.mirroring:
+            if t.recovery.homing.mirroring:  # writes the member's row in place
                 t.recovery.homing.warm(d_models[k])
-                lam_warm[k] = t.lam_warm
         coldness = np.clip(1.0 - lam_warm / np.maximum(lam, 1e-12), 0.0, 1.0)
         # -- arrivals, what is lost on the way and what fails fast: each member's draws --------
         offered = (lam + lost) * dt
         lost_p = lost / np.maximum(lam + lost, 1e-12)
-        error_fraction = np.stack([t.error_fraction for t in twins])
-        fail_fast = np.stack([t.error_fail_fast for t in twins])
+        error_fraction = st["error_fraction"]
+        fail_fast = st["error_fail_fast"]
         fast_p = error_fraction * fail_fast
         arrivals = np.empty((runs, c.n_pools), dtype=np.int64)
         n_lost = np.zeros_like(arrivals)
         failed_fast = np.zeros_like(arrivals)
-        errors_in = [bool(np.count_nonzero(t.error_fraction)) for t in twins]
+        errors_in = [bool(np.count_nonzero(row)) for row in error_fraction]
         for k, t in enumerate(twins):
             a = poisson(t.rng, offered[k])
             if np.count_nonzero(lost[k]):
                 n_lost[k] = binomial(t.rng, a, lost_p[k])
                 a = a - n_lost[k]
-            if errors_in[k] and np.count_nonzero(t.error_fail_fast):
+            if errors_in[k] and np.count_nonzero(fail_fast[k]):
                 failed_fast[k] = binomial(t.rng, a, fast_p[k])
                 a = a - failed_fast[k]
             arrivals[k] = a
         # -- capacity ---------------------------------------------------------------------------
         seat = self._seat_arrays(twins)
-        serving = np.stack([t.ready for t in twins])
+        serving = st["ready"]
         ready = serving.astype(np.float64)
         seats = serving * seat["seats_int"]
         no_capacity = serving == 0
-        queue = np.stack([t.queue for t in twins])  # [R, pools, ages]
-        busy = np.stack([t.busy for t in twins])
+        queue = st["queue"]  # [R, pools, ages]
+        busy = st["busy"]
         dropped = None
         if np.count_nonzero(no_capacity):
             dropped = np.where(no_capacity, arrivals + queue.sum(axis=2), 0)
@@ -177,14 +228,15 @@ class ServeTogether:
             busy[no_capacity] = 0
         inv_ready = 1.0 / np.maximum(ready, 1.0)
         batch = busy * inv_ready
-        slow_mix = 1.0 + np.stack([t.slow_sum for t in twins]) * inv_ready
+        slow_mix = 1.0 + st["slow_sum"] * inv_ready
         tpot = decode_step_s(shape, batch) * slow_mix
         service = c.prefill_mean + shape.output_mean * tpot
         overflow = np.maximum(busy - ready * seat["kv_seats_per_replica"], 0.0)
         keep = 1.0 - overflow / np.maximum(busy, 1)  # exactly 1.0 where nothing overflows
+        preemptions = st["preemptions"]
         for k, t in enumerate(twins):
             if np.count_nonzero(overflow[k]):
-                t.preemptions += poisson(t.rng, overflow[k] * 0.05 * dt)
+                preemptions[k] += poisson(t.rng, overflow[k] * 0.05 * dt)
         # -- the queue: age cohorts, timeouts, then completions and admissions in sub-steps ----
         queue[:, :, 1:] = queue[:, :, :-1]
         queue[:, :, 0] = 0
@@ -193,7 +245,7 @@ class ServeTogether:
         queue -= expired
         waiting = queue[:, :, 1:].sum(axis=2)
         done, admitted, wait_corr, new_busy, new_fast = self._queue(
-            twins, service, keep, seats, arrivals, waiting, busy
+            twins, service, keep, seats, arrivals, waiting, busy, st
         )
         queue[:, :, 0] = arrivals
         oldest_first = queue[:, :, ::-1]
@@ -212,7 +264,7 @@ class ServeTogether:
         hang_p = error_fraction * ~fail_fast
         hanging = np.zeros_like(done)
         for k, t in enumerate(twins):
-            if errors_in[k] and not t.error_fail_fast.all():
+            if errors_in[k] and not fail_fast[k].all():
                 hanging[k] = binomial(t.rng, done[k], hang_p[k])
         done = done - hanging
         fails = timed_out + failed_fast + n_lost
@@ -224,27 +276,25 @@ class ServeTogether:
             1.0,
         )
         util_in = np.minimum(lam / np.maximum(ready * seat["max_rps_per_replica"], 1e-12), 1.0)
-        pools = c.pool_range
+        busy[...] = new_busy
+        st["busy_fast"][...] = new_fast
+        st["_busy_seen"][...] = new_busy
+        st["_pending_admit"] += taken
+        st["_wait_corr_acc"] += wait_corr
+        st["_extra_acc"] += wait_corr
+        st["_factor_acc"] += factor_in
+        st["_extra_acc"] += extra_in
+        st["tpot_hist"][self._rows(runs), c.pool_range[None, :], tpot_bin] += done + hanging
+        st["tpot_sum"] += tpot_in
+        st["errors"] += hanging
+        st["ok"] += done
+        st["errors"] += fails
+        st["requests"] += requests_in
+        st["kv_usage"][...] = kv_usage
+        st["kv_usage_sum"] += kv_usage
+        st["util_sum"] += util_in
+        st["ready_sum"] += ready
         for k, t in enumerate(twins):
-            t.queue[...] = queue[k]
-            t.busy = new_busy[k]
-            t.busy_fast = new_fast[k]
-            t._busy_seen = new_busy[k].copy()
-            t._pending_admit += taken[k]
-            t._wait_corr_acc += wait_corr[k]
-            t._extra_acc += wait_corr[k]
-            t._factor_acc += factor_in[k]
-            t._extra_acc += extra_in[k]
-            t.tpot_hist[pools, tpot_bin[k]] += done[k] + hanging[k]
-            t.tpot_sum += tpot_in[k]
-            t.errors += hanging[k]
-            t.ok += done[k]
-            t.errors += fails[k]
-            t.requests += requests_in[k]
-            t.kv_usage = kv_usage[k]
-            t.kv_usage_sum += kv_usage[k]
-            t.util_sum += util_in[k]
-            t.ready_sum += ready[k]
             t.samples += 1
             t.tpot_now = tpot[k]
             t.service_now = service[k]
@@ -261,14 +311,15 @@ class ServeTogether:
         arrivals: I64,
         waiting: I64,
         busy: I64,
+        st: dict[str, np.ndarray],
     ) -> tuple[I64, I64, F64, I64, I64]:
         """``Traffic._queue_arithmetic`` for every member: (done, admitted, wait correction,
         busy, busy in the fast phase), each [R, pools]."""
         c = self.first
         dt = c.dt
         runs = len(twins)
-        fast = np.stack([t.busy_fast for t in twins])
-        seen = np.stack([t._busy_seen for t in twins])
+        fast = st["busy_fast"]
+        seen = st["_busy_seen"]
         moved = busy != seen
         if np.count_nonzero(moved):
             fast = np.where(moved, fast * busy // np.maximum(seen, 1), fast)
