@@ -400,28 +400,39 @@ class Quiescent(Traffic):
         for p in pools:
             if n_wait[p]:
                 timed_out[p] = self._wait_cohorts(p, n_wait[p], theta[p])
-        done = [0] * len(lam)
-        head = [0] * len(lam)  # admitted without a wait: the cohort of age 0
+        # counters, accumulators and the drawn state, pool by pool: an element's update costs
+        # a tenth of an array operation's call
         extra = first[1].tolist()
-        factor_in = [0.0] * len(lam)
-        extra_in = [0.0] * len(lam)
-        for p in pools:
-            n_wait[p] -= timed_out[p]
-            admitted[p] -= timed_out[p]
-            d = busy[p] + admitted[p] - busy_end[p]
-            if d < 0:
-                busy_end[p] = busy[p] + admitted[p]
-            done[p] = d if d > 0 else 0
-            head[p] = admitted[p] - n_wait[p]
-            extra_in[p] = admitted[p] * extra[p]
-        self._pending_admit[:, 0] += head
-        self._extra_acc += extra_in
         gain = self._warm_gain_over(k)
         warm = self.lam_warm.tolist()
         interference = sh.interference.tolist()
         cold_penalty = sh.cold_penalty.tolist()
         per_replica = self.seats_per_replica.tolist()
+        per_tok = self.kv_tokens_per_seq.tolist()
+        kv_tokens = self.kv_tokens_per_replica.tolist()
+        max_rps = self.max_rps_per_replica.tolist()
+        kv_usage = [0.0] * len(lam)
+        busy_fast = [0] * len(lam)
+        pending = self._pending_admit
+        extra_acc = self._extra_acc
+        factor_acc = self._factor_acc
+        tpot_hist = self.tpot_hist
+        tpot_sum = self.tpot_sum
+        ok = self.ok
+        errors = self.errors
+        requests = self.requests
+        kv_usage_sum = self.kv_usage_sum
+        util_sum = self.util_sum
+        ready_sum = self.ready_sum
         for p in pools:
+            admitted[p] -= timed_out[p]
+            d = busy[p] + admitted[p] - busy_end[p]
+            if d < 0:
+                busy_end[p] = busy[p] + admitted[p]
+            done = d if d > 0 else 0
+            pending[p, 0] += admitted[p] - (n_wait[p] - timed_out[p])  # admitted, no wait
+            extra_acc[p] += admitted[p] * extra[p]
+            # prefix-cache warmth over the interval, and the TTFT factor of the admitted
             w = warm[p] + (lam[p] - warm[p]) * gain[p]
             warm[p] = w
             x = lam[p]
@@ -431,53 +442,39 @@ class Quiescent(Traffic):
             f = (1.0 + interference[p] * (share if share <= 1.0 else 1.0)) * (
                 1.0 + cold_penalty[p] * cold
             )
-            factor_in[p] = admitted[p] * f
-        self.lam_warm[:] = warm
-        self._factor_acc += factor_in
-        # completions and counters
-        tpot_edges = TPOT_EDGES
-        for p in pools:
-            self.tpot_hist[p, bisect.bisect_left(tpot_edges, tpot[p] / slow_mix[p])] += done[p]
-        self.tpot_sum += [d * tp for d, tp in zip(done, tpot, strict=True)]
-        self.ok += done
-        self.errors += timed_out
-        self.requests += arrivals
-        # the drawn state: busy seats (in the lattice's phases) and the queue, all just arrived
-        busy_fast = [0] * len(lam)
-        for p in pools:
-            if busy_end[p] == 0:
-                continue
-            share = 0.5
-            if live[p]:
-                p_slow, p_fast = _lattice_rates(service[p] / dt)
-                share = (1.0 / p_fast) / (1.0 / p_fast + 1.0 / p_slow)
-            busy_fast[p] = int(rng.binomial(busy_end[p], share))
-        self.busy = np.array(busy_end, dtype=np.int64)
-        self.busy_fast = np.array(busy_fast, dtype=np.int64)
-        self._busy_seen = self.busy.copy()
-        self.queue[:] = 0
-        self.queue[:, 0] = q_end
-        # gauges and run means over the interval
-        per_tok = self.kv_tokens_per_seq.tolist()
-        kv_tokens = self.kv_tokens_per_replica.tolist()
-        max_rps = self.max_rps_per_replica.tolist()
-        kv_usage = [0.0] * len(lam)
-        kv_in = [0.0] * len(lam)
-        util_in = [0.0] * len(lam)
-        for p in pools:
+            factor_acc[p] += admitted[p] * f
+            # completions and counters
+            tpot_hist[p, bisect.bisect_left(TPOT_EDGES, tpot[p] / slow_mix[p])] += done
+            tpot_sum[p] += done * tpot[p]
+            ok[p] += done
+            errors[p] += timed_out[p]
+            requests[p] += arrivals[p]
+            # the drawn busy seats' lattice phases
+            if busy_end[p]:
+                share = 0.5
+                if live[p]:
+                    p_slow, p_fast = _lattice_rates(service[p] / dt)
+                    share = (1.0 / p_fast) / (1.0 / p_fast + 1.0 / p_slow)
+                busy_fast[p] = int(rng.binomial(busy_end[p], share))
+            # gauges and run means over the interval
             room = ready[p] * kv_tokens[p]
             kv_of = per_tok[p] / (room if room >= 1.0 else 1.0)
             u = busy_end[p] * kv_of
             kv_usage[p] = u if u <= 1.0 else 1.0
             u = offered[p] * kv_of
-            kv_in[p] = (u if u <= 1.0 else 1.0) * k
+            kv_usage_sum[p] += (u if u <= 1.0 else 1.0) * k
             cap = ready[p] * max_rps[p]
             u = lam[p] / (cap if cap >= 1e-12 else 1e-12)
-            util_in[p] = (u if u <= 1.0 else 1.0) * k
+            util_sum[p] += (u if u <= 1.0 else 1.0) * k
+            ready_sum[p] += ready[p] * k
+        self.lam_warm[:] = warm
+        # the drawn state: busy seats and the queue, all just arrived
+        self.busy = np.array(busy_end, dtype=np.int64)
+        self.busy_fast = np.array(busy_fast, dtype=np.int64)
+        self._busy_seen = self.busy.copy()
+        self.queue[:] = 0
+        self.queue[:, 0] = q_end
         self.kv_usage = np.array(kv_usage)
-        self.kv_usage_sum += kv_in
-        self.util_sum += util_in
-        self.ready_sum += [r * k for r in ready]
         self.samples += k
         self.lam = np.array(lam)
         self.tpot_now = np.array(tpot)
