@@ -89,7 +89,7 @@ def _write_series(out: Path) -> None:
     from firedrill.twin.engine import Twin
     from firedrill.twin.run import summarize
 
-    fleets = [
+    fleets: list[tuple[str, FleetSpec, Path | None]] = [
         (Path(f).stem, load_fleet(ROOT / "examples" / f), ROOT / "examples" / f)
         for f in SERIES_FLEETS
     ]
