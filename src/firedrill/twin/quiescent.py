@@ -51,7 +51,7 @@ class Quiescent(Traffic):
         # per pool, the last (decay, cohort probabilities) of the waits' draw: a steady load
         # has the same decay interval after interval, and the probabilities cost a dozen calls
         self._cohort_pv: dict[int, tuple[float, F64]] = {}
-        self._warm_gain_k: dict[int, list[float]] = {}  # 1 - (1 - warm_gain)^k, per k
+        self._warm_gain_k: dict[int, tuple[bytes, list[float]]] = {}  # 1 - (1 - gain)^k, per k
 
     def quiet_steps(self, limit_s: float) -> int:
         """How many ``dt`` steps from now may be one macro step (0 or 1: none).
@@ -281,10 +281,12 @@ class Quiescent(Traffic):
 
     def _warm_gain_over(self, k: int) -> list[float]:
         """Per pool, the prefix-cache warmth's gain over ``k`` steps: 1 - (1 - gain)^k."""
-        gain = self._warm_gain_k.get(k)
-        if gain is None:
-            gain = (1.0 - (1.0 - self.warm_gain) ** k).tolist()
-            self._warm_gain_k[k] = gain
+        key = self.warm_gain.tobytes()
+        cached = self._warm_gain_k.get(k)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        gain: list[float] = (1.0 - (1.0 - self.warm_gain) ** k).tolist()
+        self._warm_gain_k[k] = (key, gain)
         return gain
 
     def _serve_interval_few(self, k: int) -> int:

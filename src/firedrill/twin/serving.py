@@ -166,12 +166,35 @@ class TtftBinner:
         self.dt_s = dt_s
         self.edges = fine_edges()
         self._edges_list: list[float] = self.edges.tolist()
-        # per pool: the prefill of a prompt 4.5 sigma long, and the mean prefill
-        long_len = np.exp(shape.prompt_mu + 4.5 * shape.prompt_sigma)
-        self._long_prefill: F64 = (
-            shape.prefill_a + shape.prefill_b * long_len + shape.prefill_c * long_len**2
+        self._prefill_key: tuple[bytes, ...] = ()
+        self._long_prefill: F64 = np.zeros(0)
+        self._mean_prefill: F64 = np.zeros(0)
+
+    def _prefills(self) -> tuple[F64, F64]:
+        """Per pool: the prefill of a prompt 4.5 sigma long, and the mean prefill.
+
+        Computed again only when the shape's arrays change (a request-shape change writes
+        them in place).
+        """
+        sh = self.shape
+        key = tuple(
+            a.tobytes()
+            for a in (
+                sh.prefill_a,
+                sh.prefill_b,
+                sh.prefill_c,
+                sh.prompt_mu,
+                sh.prompt_sigma,
+                sh.prompt_mean,
+                sh.prompt_sq_mean,
+            )
         )
-        self._mean_prefill: F64 = mean_prefill_s(shape)
+        if key != self._prefill_key:
+            long_len = np.exp(sh.prompt_mu + 4.5 * sh.prompt_sigma)
+            self._long_prefill = sh.prefill_a + sh.prefill_b * long_len + sh.prefill_c * long_len**2
+            self._mean_prefill = mean_prefill_s(sh)
+            self._prefill_key = key
+        return self._long_prefill, self._mean_prefill
 
     def bin(
         self,
@@ -195,17 +218,18 @@ class TtftBinner:
             return counts, sums
         n = admitted[rows_p, rows_k]
         sh = self.shape
+        long_prefill, mean_prefill = self._prefills()
         one = int(rows_p[0]) if rows_p[0] == rows_p[-1] else -1  # rows in one pool only
         if one >= 0:  # its constants broadcast as Python floats: the same values, fewer calls
             f1 = float(factor[one])
             wait = np.maximum(rows_k * self.dt_s + float(extra_s[one]), 0.0)
             shortest = float(wait.min()) + float(sh.prefill_a[one]) * f1
-            longest = float(wait.max()) + f1 * float(self._long_prefill[one])
+            longest = float(wait.max()) + f1 * float(long_prefill[one])
         else:
             f = factor[rows_p]
             wait = np.maximum(rows_k * self.dt_s + extra_s[rows_p], 0.0)
             shortest = float((wait + sh.prefill_a[rows_p] * f).min())
-            longest = float((wait + f * self._long_prefill[rows_p]).max())
+            longest = float((wait + f * long_prefill[rows_p]).max())
         lo = max(bisect.bisect_left(self._edges_list, shortest) - 1, 0)
         hi = min(bisect.bisect_right(self._edges_list, longest) + 1, self.edges.size)
         budget = self.edges[lo:hi][None, :] - wait[:, None]
@@ -224,12 +248,12 @@ class TtftBinner:
         if one >= 0:
             counts[one, lo:hi] = sampled.sum(axis=0)
             total = 0.0  # in row order, as np.add.at adds
-            for x in (n * (wait + float(self._mean_prefill[one]) * f1)).tolist():
+            for x in (n * (wait + float(mean_prefill[one]) * f1)).tolist():
                 total += x
             sums[one] = total
             return counts, sums
         np.add.at(counts, (rows_p[:, None], np.arange(lo, hi)[None, :]), sampled)
-        mean_ttft = wait + self._mean_prefill[rows_p] * f
+        mean_ttft = wait + mean_prefill[rows_p] * f
         np.add.at(sums, rows_p, n * mean_ttft)
         return counts, sums
 
