@@ -14,6 +14,10 @@ own. Counters and run means advance by the interval's totals, gauges take the dr
 What "nothing but serving happens" means is checked cheaply by the engine and here: see
 :meth:`Quiescent.quiet_steps`. Every other path is untouched, so with the option off every
 output is the 1-second path's, bit for bit.
+
+A fleet of a few pools (the small cell the option exists for) runs the same closed form on
+Python numbers rather than NumPy calls on one-element arrays, which cost a microsecond each
+whatever their size: the same operations and draws, so the same numbers as the array path.
 """
 
 from __future__ import annotations
