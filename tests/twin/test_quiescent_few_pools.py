@@ -24,11 +24,11 @@ def _arrays(twin: Twin) -> dict[str, bytes]:
     return out
 
 
-def _run(spec: FleetSpec, seed: int, hours: float, *, record: bool) -> tuple[int, dict[str, bytes]]:
-    twin = Twin(spec, seed=seed, record=record, hours_hint=hours)
+def _run(spec: FleetSpec, hours: float, *, record: bool) -> tuple[int, int, dict[str, bytes]]:
+    twin = Twin(spec, seed=5, record=record, hours_hint=hours)
     twin.run_for(hours * 3600.0)
     twin.flush_ttft()
-    return twin.macro_steps, _arrays(twin)
+    return twin.macro_steps, int(twin.errors.sum()), _arrays(twin)
 
 
 def _bent() -> FleetSpec:
@@ -37,29 +37,42 @@ def _bent() -> FleetSpec:
     return fleet(regions={"r": (1, 8, 8, 20.0)}, m=m, tokens=TokensSpec())
 
 
+def _one_pool() -> FleetSpec:
+    """The Erlang C fleet's cell at 70%: one pool."""
+    spec = erlang_spec(2.0, 2, 8, 1)
+    return spec.model_copy(update={"regions": spec.regions[1:2]})
+
+
+def _idle_and_timeouts() -> FleetSpec:
+    """A pool at 70% with a 3 s queue timeout (a waiter times out now and then within a macro
+    step) and a pool without load."""
+    flat = erlang_spec(2.0, 2, 8, 1).models[0].latency
+    m = model(latency=flat, max_num_seqs=2, queue_timeout_s=3.0)
+    return fleet(
+        regions={"a": (1, 8, 8, 5.6), "b": (1, 8, 8, 0.0)},
+        m=m,
+        tokens=TokensSpec(output_mean=250.0),
+    )
+
+
 @pytest.mark.parametrize(
-    ("name", "spec", "record"),
+    ("name", "spec", "hours", "record"),
     [
-        (
-            "one pool",
-            quiet(
-                erlang_spec(2.0, 2, 8, 1).model_copy(
-                    update={"regions": erlang_spec(2.0, 2, 8, 1).regions[1:2]}
-                )
-            ),
-            False,
-        ),
-        ("three pools, recorded", quiet(erlang_spec(2.0, 2, 8, 1)), True),
-        ("bent curve", quiet(_bent(), max_step_s=120.0), False),
+        ("one pool", quiet(_one_pool()), 2.0, False),
+        ("three pools, recorded", quiet(erlang_spec(2.0, 2, 8, 1)), 2.0, True),
+        ("bent curve", quiet(_bent(), max_step_s=120.0), 2.0, False),
+        ("idle pool, timeouts", quiet(_idle_and_timeouts()), 24.0, False),
     ],
 )
 def test_few_pools_on_python_numbers_equal_the_array_path(
-    name: str, spec: FleetSpec, record: bool, monkeypatch: pytest.MonkeyPatch
+    name: str, spec: FleetSpec, hours: float, record: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    steps, few = _run(spec, 5, 2.0, record=record)
+    steps, errors, few = _run(spec, hours, record=record)
     assert steps > 0, name  # the interval was quiet: the path under test ran
+    if "timeouts" in name:
+        assert errors > 0  # timeouts drawn within macro steps: that branch ran too
     monkeypatch.setattr(quiescent, "SCALAR_POOLS", 0)
-    steps_arrays, arrays = _run(spec, 5, 2.0, record=record)
+    steps_arrays, _, arrays = _run(spec, hours, record=record)
     assert steps_arrays == steps
     assert few.keys() == arrays.keys()
     differ = [k for k in few if few[k] != arrays[k]]
