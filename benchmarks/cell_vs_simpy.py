@@ -23,9 +23,12 @@ from one run:
 
 ``--quiescent`` adds a third twin: this tree with the fleet spec's quiescent steps on
 (``FleetSpec.quiescent``, macro steps of up to ``--max-step`` seconds), measured in the same
-rounds as the others, so the default path, the quiescent one and SimPy come from one run:
+rounds as the others, so the default path, the quiescent one and SimPy come from one run. With
+``--baseline REV`` too (and ``REV`` has the option), the quiescent twin runs on both sides as
+well, alternately, so a change to the quiescent path is timed old against new in one run:
 
     .venv/bin/python benchmarks/cell_vs_simpy.py --quiescent --max-step 60
+    .venv/bin/python benchmarks/cell_vs_simpy.py --baseline main --quiescent --max-step 60
 """
 
 from __future__ import annotations
@@ -147,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--baseline", default=None, help="git revision: twin old and new")
     ap.add_argument("--rounds", type=int, default=1, help="--baseline: children per side")
-    ap.add_argument("--quiescent", action="store_true", help="also this tree, quiescent steps on")
+    ap.add_argument(
+        "--quiescent",
+        action="store_true",
+        help="also the twin with quiescent steps on (each side with --baseline)",
+    )
     ap.add_argument("--max-step", type=float, default=60.0, help="--quiescent: max_step_s")
     ap.add_argument("--child-twin", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, default=None)
@@ -178,9 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     script = Path(__file__).resolve()
     both = sides(args.baseline) if args.baseline else [("this tree", ROOT / "src")]
     twin: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in both}
-    quiet = f"quiescent {args.max_step:g} s"
-    if args.quiescent:
-        twin[quiet] = []
+    # the quiescent twin on each side that has the option (an older REV may not)
+    quiet_sides = [
+        (
+            f"quiescent {args.max_step:g} s"
+            + (f", {label.split(' ')[0]}" if len(both) > 1 else ""),
+            src,
+        )
+        for label, src in both
+        if args.quiescent and (src / "firedrill" / "twin" / "quiescent.py").is_file()
+    ]
+    for label, _ in quiet_sides:
+        twin[label] = []
     sim: list[tuple[float, dict[str, float]]] = []
     for _ in range(args.rounds):
         sim.append(
@@ -198,15 +214,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         for label, src in both:
             twin[label].append(run_child(script, child, src))
-        if args.quiescent:
-            q_child = [*child, "--quiescent", "--max-step", str(args.max_step)]
-            twin[quiet].append(run_child(script, q_child, ROOT / "src"))
+        q_child = [*child, "--quiescent", "--max-step", str(args.max_step)]
+        for label, src in quiet_sides:
+            twin[label].append(run_child(script, q_child, src))
     sim_cpu = min(s for s, _ in sim)
     sim_out = sim[0][1]
     erlang = _erlang_c_wait(c, lam, args.service)
     arrived = sim_out["admitted"] + sim_out["gave_up"]
     print(
-        f"{'SimPy':<16} cpu {sim_cpu:8.3f} s  requests {arrived:>9.0f}"
+        f"{'SimPy':<22} cpu {sim_cpu:8.3f} s  requests {arrived:>9.0f}"
         f"  mean wait {sim_out['mean_wait_s']:.4f} s (Erlang C {erlang:.4f} s)"
     )
     rows: dict[str, Any] = {"simpy": {"cpu_s": sim_cpu, **sim_out}, "erlang_c_wait_s": erlang}
@@ -214,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         best = min(r["cpu_s"] for r in twin[label])
         r0 = twin[label][0]
         print(
-            f"{label:<16} cpu {best:8.3f} s  admitted {r0['admitted']:>9}  mean wait "
+            f"{label:<22} cpu {best:8.3f} s  admitted {r0['admitted']:>9}  mean wait "
             f"{r0['mean_wait_s']:.4f} s  {1e6 * best / r0['steps']:.1f} us/step  "
             f"SimPy/twin {sim_cpu / best:.2f}x"
         )
@@ -222,9 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(both) == 2:
         (old, _), (new, _) = both
         print(f"twin old / new: {rows[old]['cpu_s'] / rows[new]['cpu_s']:.2f}x")
-    if args.quiescent:
-        new = both[-1][0]
+    if quiet_sides:
+        new, quiet = both[-1][0], quiet_sides[-1][0]
         print(f"twin default / quiescent: {rows[new]['cpu_s'] / rows[quiet]['cpu_s']:.2f}x")
+    if len(quiet_sides) == 2:
+        (q_old, _), (q_new, _) = quiet_sides
+        print(f"quiescent old / new: {rows[q_old]['cpu_s'] / rows[q_new]['cpu_s']:.2f}x")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -19,8 +19,12 @@ What is written: every drill of ``examples/drills`` through ``gameday run --seed
 ``respond --json``, and for the demo, P/D and training fleets and a one-cell fleet (the small
 cell of ``cell_vs_simpy.py``, at 95% utilisation) the twin's recorded series (every value of
 every family, dense and sparse) after one simulated hour, for seeds 1, 2 and 3, with the run's
-summary (the series read through the Signals port, as a query sees them). Wall-clock
-durations, which no result carries, are not compared.
+summary (the series read through the Signals port, as a query sees them). The quiescent steps
+(``FleetSpec.quiescent``) are covered the same way: the small cell at 70% and a fleet of four
+pools (two regions of two cells, 50% and 90%), three recorded hours each; and the small cell
+for 24 unrecorded hours at macro steps of up to 60 and 300 s (as ``cell_vs_simpy.py
+--quiescent`` runs it), whose counters, histograms and run means are hashed, since nothing is
+recorded. Wall-clock durations, which no result carries, are not compared.
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from side_by_side import baseline_src
+
+if TYPE_CHECKING:
+    from firedrill.model.spec import FleetSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES_FLEETS = ("fleet.yaml", "fleet-pd.yaml", "fleet-train.yaml")
@@ -81,16 +89,21 @@ def _write_series(out: Path) -> None:
     from firedrill.twin.engine import Twin
     from firedrill.twin.run import summarize
 
-    fleets = [
+    fleets: list[tuple[str, FleetSpec, Path | None]] = [
         (Path(f).stem, load_fleet(ROOT / "examples" / f), ROOT / "examples" / f)
         for f in SERIES_FLEETS
     ]
     # a fleet of one pool (the small cell of cell_vs_simpy.py, at 95%): the few-pools paths
     fleets.append(("one-cell", _spec(2.0, 2, 8, 1, [0.95]), None))
+    hours = {stem: 1.0 for stem, _, _ in fleets}
+    # the quiescent steps, on one pool and on four (at 95% the cell is never quiet)
+    fleets.append(("one-cell-quiescent", _quiescent(_spec(2.0, 2, 8, 1, [0.7]), 60.0), None))
+    fleets.append(("four-pools-quiescent", _quiescent(_spec(2.0, 2, 8, 2, [0.5, 0.9]), 60.0), None))
+    hours["one-cell-quiescent"] = hours["four-pools-quiescent"] = 3.0
     for stem_name, fleet, path in fleets:
         for seed in SERIES_SEEDS:
             twin = Twin(fleet, seed)
-            twin.run_for(3600.0)
+            twin.run_for(hours[stem_name] * 3600.0)
             h = hashlib.sha256()
             h.update(np.asarray(twin.store.times, dtype=np.float64).tobytes())
             # through the Signals port: the store's raw rows past the last committed block are
@@ -105,6 +118,57 @@ def _write_series(out: Path) -> None:
             (out / f"{stem}.sha256").write_text(h.hexdigest() + "\n")
             (out / f"{stem}.summary.json").write_text(json.dumps(summary, sort_keys=True) + "\n")
             print(f"{stem}: {h.hexdigest()[:16]}", flush=True)
+    # unrecorded, macro steps are not held to the scrapes: what cell_vs_simpy.py --quiescent runs
+    for max_step in (60.0, 300.0):
+        fleet = _quiescent(_spec(2.0, 2, 8, 1, [0.7]), max_step)
+        for seed in SERIES_SEEDS:
+            twin = Twin(fleet, seed, record=False, hours_hint=24.0)
+            twin.run_for(24 * 3600.0)
+            summary = summarize(twin, spec_sha256="")
+            h = hashlib.sha256()
+            for name in COUNTERS:
+                h.update(name.encode())
+                h.update(np.ascontiguousarray(getattr(twin, name)).tobytes())
+            h.update(repr((twin.t, twin.step_no, twin.samples)).encode())
+            stem = f"unrecorded-one-cell-quiescent-{max_step:g}s-seed{seed}"
+            (out / f"{stem}.sha256").write_text(h.hexdigest() + "\n")
+            (out / f"{stem}.summary.json").write_text(json.dumps(summary, sort_keys=True) + "\n")
+            print(f"{stem}: {h.hexdigest()[:16]}", flush=True)
+
+
+# what an unrecorded run leaves: its counters, histograms, run means and serving state
+COUNTERS = (
+    "requests",
+    "ok",
+    "errors",
+    "admitted_total",
+    "ttft_hist",
+    "ttft_sum",
+    "tpot_hist",
+    "tpot_sum",
+    "queue_wait_sum",
+    "success_stop",
+    "success_length",
+    "generation_tokens",
+    "kv_usage_sum",
+    "util_sum",
+    "ready_sum",
+    "busy",
+    "busy_fast",
+    "queue",
+    "lam_warm",
+)
+
+
+def _quiescent(spec: FleetSpec, max_step_s: float) -> FleetSpec:
+    """``spec`` with the quiescent steps on, macro steps of up to ``max_step_s``."""
+    return spec.model_copy(
+        update={
+            "quiescent": spec.quiescent.model_copy(
+                update={"enabled": True, "max_step_s": max_step_s}
+            )
+        }
+    )
 
 
 def compare(old: Path, new: Path) -> int:

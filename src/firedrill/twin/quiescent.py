@@ -14,19 +14,25 @@ own. Counters and run means advance by the interval's totals, gauges take the dr
 What "nothing but serving happens" means is checked cheaply by the engine and here: see
 :meth:`Quiescent.quiet_steps`. Every other path is untouched, so with the option off every
 output is the 1-second path's, bit for bit.
+
+A fleet of a few pools (the small cell the option exists for) runs the same closed form on
+Python numbers rather than NumPy calls on one-element arrays, which cost a microsecond each
+whatever their size: the same operations and draws, so the same numbers as the array path.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
 from scipy.special import gammaln, pdtr
 
+from firedrill.model.spec import FleetSpec
 from firedrill.twin.replica import ReplicaState
-from firedrill.twin.serving import decode_step_s, lattice_service
+from firedrill.twin.serving import LATTICE_H2_MIN_SLOTS, decode_step_s, lattice_service
 from firedrill.twin.state import F64, TPOT_EXPORT
-from firedrill.twin.traffic import CROSS_REGION_RTT_S, Traffic
+from firedrill.twin.traffic import CROSS_REGION_RTT_S, SCALAR_POOLS, Traffic
 
 TRANSITIONAL = [
     int(s)
@@ -43,6 +49,13 @@ TIMEOUT_TAIL_MAX = 1e-3  # P(a request waits past the queue timeout) above it: n
 
 class Quiescent(Traffic):
     """The closed-form serving of a quiet interval."""
+
+    def __init__(self, spec: FleetSpec, seed: int, *, record: bool, hours_hint: float) -> None:
+        super().__init__(spec, seed, record=record, hours_hint=hours_hint)
+        # per pool, the last (decay, cohort probabilities) of the waits' draw: a steady load
+        # has the same decay interval after interval, and the probabilities cost a dozen calls
+        self._cohort_pv: dict[int, tuple[float, F64]] = {}
+        self._warm_gain_k: dict[int, tuple[bytes, list[float]]] = {}  # 1 - (1 - gain)^k, per k
 
     def quiet_steps(self, limit_s: float) -> int:
         """How many ``dt`` steps from now may be one macro step (0 or 1: none).
@@ -88,17 +101,29 @@ class Quiescent(Traffic):
 
     def _offered(self, t_s: float) -> tuple[F64, F64] | None:
         """(arrival rate, cross-region RTT per request) per pool at ``t_s``; None if any is lost."""
-        rps = self.demand.rps(t_s)
-        d_model = self.product_to_model @ rps
-        share, cross = self.routing_matrix()
-        flow = d_model[:, :, None] * share
-        routed = flow.sum(axis=1)
-        if np.any(d_model.sum(axis=1) - routed.sum(axis=1) > 1e-9 * np.maximum(1.0, routed.sum())):
-            return None  # a model with no route anywhere: its requests fail, not quiet
-        lam: F64 = routed.reshape(-1)
+        got = self._routed(t_s)
+        if got is None:
+            return None
+        lam, flow = got
+        _, cross = self.routing_matrix()
         rtt = (flow * cross[None, :, :]).sum(axis=1).reshape(-1) * CROSS_REGION_RTT_S
         extra: F64 = rtt / np.maximum(lam, 1e-12)
         return lam, extra
+
+    def _routed(self, t_s: float) -> tuple[F64, F64] | None:
+        """(arrival rate per pool, flow [models, regions, cells]) at ``t_s``; None if any is lost.
+
+        The interval's end needs only the rate: the RTT is the start's (``_offered``).
+        """
+        rps = self.demand.rps(t_s)
+        d_model = self.product_to_model @ rps
+        share, _ = self.routing_matrix()
+        flow: F64 = d_model[:, :, None] * share
+        routed = flow.sum(axis=1)
+        if (d_model.sum(axis=1) - routed.sum(axis=1) > 1e-9 * max(1.0, routed.sum())).any():
+            return None  # a model with no route anywhere: its requests fail, not quiet
+        lam: F64 = routed.reshape(-1)
+        return lam, flow
 
     def serve_interval(self, k: int) -> int:
         """Serve the next ``k`` steps in closed form if the load allows; the steps taken (0: none).
@@ -106,6 +131,8 @@ class Quiescent(Traffic):
         Halves the interval while the offered load changes by more than the tolerance over it.
         On success ``t`` and ``step_no`` have advanced by the interval.
         """
+        if self.n_pools <= SCALAR_POOLS:
+            return self._serve_interval_few(k)
         q = self.spec.quiescent
         dt = self.dt
         t0 = self.t
@@ -114,7 +141,7 @@ class Quiescent(Traffic):
             return 0
         lam0, extra = first
         while k >= 2:
-            last = self._offered(round(t0 + k * dt, 9))
+            last = self._routed(round(t0 + k * dt, 9))
             if last is None:
                 return 0
             lam1 = last[0]
@@ -179,22 +206,8 @@ class Quiescent(Traffic):
         # queue timeout gave up (rare: a quiet pool's tail beyond it is below TIMEOUT_TAIL_MAX)
         n_wait = rng.binomial(admitted, p_wait)
         timed_out = np.zeros(n_pools, dtype=np.int64)
-        kq = self.queue_k
-        ages = np.arange(kq, dtype=np.float64)
         for p in np.nonzero(n_wait)[0].tolist():
-            decay = math.exp(-theta[p] * dt)
-            pv = (1.0 - decay) * decay**ages
-            pv[-1] = 1.0 - float(pv[:-1].sum())
-            cohorts = rng.multinomial(int(n_wait[p]), np.clip(pv, 0.0, 1.0))
-            late = self.timeout_mask[p].astype(bool)
-            timed_out[p] = int(cohorts[late].sum())
-            cohorts[late] = 0
-            waited = int(n_wait[p]) - int(timed_out[p])
-            self._pending_admit[p] += cohorts
-            within = 1.0 / theta[p] - dt * decay / (1.0 - decay)  # mean wait inside a cohort
-            corr = waited * within
-            self._wait_corr_acc[p] += corr
-            self._extra_acc[p] += corr
+            timed_out[p] = self._wait_cohorts(p, int(n_wait[p]), float(theta[p]))
         n_wait = n_wait - timed_out
         admitted = admitted - timed_out
         done = self.busy + admitted - busy_end
@@ -239,6 +252,256 @@ class Quiescent(Traffic):
         self.t = round(t0 + span, 9)
         self.step_no += k
         return k
+
+    def _wait_cohorts(self, p: int, n_wait: int, theta: float) -> int:
+        """Draw the age cohorts of pool ``p``'s ``n_wait`` waits; the number that timed out.
+
+        Credits the admitted to the TTFT binning (``_pending_admit``) with their
+        within-cohort mean wait as the correction.
+        """
+        dt = self.dt
+        decay = math.exp(-theta * dt)
+        cached = self._cohort_pv.get(p)
+        if cached is not None and cached[0] == decay:
+            pv = cached[1]
+        else:
+            ages = np.arange(self.queue_k, dtype=np.float64)
+            raw = (1.0 - decay) * decay**ages
+            raw[-1] = 1.0 - float(raw[:-1].sum())
+            pv = np.clip(raw, 0.0, 1.0)
+            pv.flags.writeable = False
+            self._cohort_pv[p] = (decay, pv)
+        cohorts = self.rng.multinomial(n_wait, pv)
+        late = self.timeout_mask[p].astype(bool)
+        timed_out = int(cohorts[late].sum())
+        cohorts[late] = 0
+        waited = n_wait - timed_out
+        self._pending_admit[p] += cohorts
+        within = 1.0 / theta - dt * decay / (1.0 - decay)  # mean wait inside a cohort
+        corr = waited * within
+        self._wait_corr_acc[p] += corr
+        self._extra_acc[p] += corr
+        return timed_out
+
+    def _warm_gain_over(self, k: int) -> list[float]:
+        """Per pool, the prefix-cache warmth's gain over ``k`` steps: 1 - (1 - gain)^k."""
+        key = self.warm_gain.tobytes()
+        cached = self._warm_gain_k.get(k)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        gain: list[float] = (1.0 - (1.0 - self.warm_gain) ** k).tolist()
+        self._warm_gain_k[k] = (key, gain)
+        return gain
+
+    def _serve_interval_few(self, k: int) -> int:
+        """``serve_interval`` for a fleet of a few pools, on Python numbers.
+
+        Each NumPy call costs about a microsecond whatever the array's size, and the closed
+        form is a few dozen of them: on one pool they were most of a macro step. Here every
+        elementwise operation is the same IEEE operation on a Python float (or an exact one on
+        a Python int), the transcendental ones (the warmth's power, the cohorts' powers) stay
+        NumPy calls on the same arrays, and every draw is the scalar call on the same
+        generator in the same order, skipping what the array call skips (``draws``): the
+        numbers are the array path's, bit for bit.
+        """
+        q = self.spec.quiescent
+        dt = self.dt
+        t0 = self.t
+        first = self._offered(round(t0 + dt, 9))
+        if first is None:
+            return 0
+        lam0 = first[0].tolist()
+        tol = q.demand_tolerance
+        lam1 = lam0
+        while k >= 2:
+            last = self._routed(round(t0 + k * dt, 9))
+            if last is None:
+                return 0
+            lam1 = last[0].tolist()
+            if all(
+                abs(b - a) <= tol * (a if a >= b else b) for a, b in zip(lam0, lam1, strict=True)
+            ):
+                break
+            k //= 2
+        if k < 2:
+            return 0
+        pools = range(self.n_pools)
+        lam = [(a + b) / 2.0 for a, b in zip(lam0, lam1, strict=True)]
+        ready_n = self.ready.tolist()
+        seats = [r * s for r, s in zip(ready_n, self.seats_int.tolist(), strict=True)]
+        busy = self.busy.tolist()
+        live = [x > 0 for x in lam]
+        for p in pools:
+            if live[p] and ready_n[p] == 0:
+                return 0
+        if not all(live):
+            idle = ~np.array(live)
+            if np.count_nonzero(self.busy[idle]) or np.count_nonzero(self.queue[idle]):
+                return 0  # a pool losing its load drains on 1-second steps, not stationary
+        kv_seats = self.kv_seats_per_replica.tolist()
+        for p in pools:
+            if seats[p] > ready_n[p] * kv_seats[p]:
+                return 0  # the KV cache may overflow: preemptions, not the M/M/c
+        sh = self.shape
+        ready = [float(r) for r in ready_n]
+        inv_ready = [1.0 / (r if r >= 1.0 else 1.0) for r in ready]
+        slow_mix = [1.0 + s * i for s, i in zip(self.slow_sum.tolist(), inv_ready, strict=True)]
+        per_seq = (sh.prompt_mean + sh.output_mean / 2.0).tolist()  # decode_step_s's tokens
+        dec_a = sh.decode_a.tolist()
+        dec_b = sh.decode_b.tolist()
+        dec_c = sh.decode_c.tolist()
+        out_mean = sh.output_mean.tolist()
+        prefill = self.prefill_mean.tolist()
+        batch = [b * i for b, i in zip(busy, inv_ready, strict=True)]
+        tpot = [0.0] * len(lam)
+        service = [0.0] * len(lam)
+        for it in range(3):  # twice the service at the stationary batch, then the final one
+            for p in pools:
+                b = batch[p]
+                tp = (dec_a[p] + dec_b[p] * (b * per_seq[p]) + dec_c[p] * b) * slow_mix[p]
+                tpot[p] = tp
+                service[p] = prefill[p] + out_mean[p] * tp
+                if it < 2:
+                    x = lam[p] * service[p]
+                    c = float(seats[p])
+                    batch[p] = (x if x <= c else c) * inv_ready[p]
+        offered = [a * s for a, s in zip(lam, service, strict=True)]
+        max_util = q.max_utilization
+        for p in pools:
+            if live[p] and offered[p] >= max_util * seats[p]:
+                return 0
+        p_wait = [0.0] * len(lam)
+        theta = [1.0] * len(lam)
+        for p in pools:
+            if live[p]:
+                c = seats[p]
+                p_wait[p] = erlang_c(c, offered[p])
+                theta[p] = c / service[p] - lam[p]
+                timeout_s = self.models[int(self.pool_model[p])].queue_timeout_s
+                if p_wait[p] * math.exp(-theta[p] * timeout_s) > TIMEOUT_TAIL_MAX:
+                    return 0
+        # the interval is quiet: draw it
+        rng = self.rng
+        span = k * dt
+        arrivals = [int(rng.poisson(x * span)) if x * span != 0.0 else 0 for x in lam]
+        waiting0 = self.queue.sum(axis=1).tolist()
+        busy_end = [0] * len(lam)
+        q_end = [0] * len(lam)
+        for p in pools:
+            if live[p]:
+                busy_end[p], q_end[p] = stationary_state(rng, seats[p], offered[p], p_wait[p])
+        admitted = [0] * len(lam)
+        for p in pools:
+            a = waiting0[p] + arrivals[p] - q_end[p]
+            if a < 0:
+                q_end[p] = waiting0[p] + arrivals[p]
+            admitted[p] = a if a > 0 else 0
+        n_wait = [
+            int(rng.binomial(a, pw)) if a != 0 and pw != 0.0 else 0
+            for a, pw in zip(admitted, p_wait, strict=True)
+        ]
+        # waits of the admitted: Erlang C, binned into age cohorts of dt; those drawn past the
+        # queue timeout gave up (rare: a quiet pool's tail beyond it is below TIMEOUT_TAIL_MAX)
+        timed_out = [0] * len(lam)
+        for p in pools:
+            if n_wait[p]:
+                timed_out[p] = self._wait_cohorts(p, n_wait[p], theta[p])
+        # counters, accumulators and the drawn state, pool by pool: an element's update costs
+        # a tenth of an array operation's call
+        extra = first[1].tolist()
+        gain = self._warm_gain_over(k)
+        warm = self.lam_warm.tolist()
+        interference = sh.interference.tolist()
+        cold_penalty = sh.cold_penalty.tolist()
+        per_replica = self.seats_per_replica.tolist()
+        per_tok = self.kv_tokens_per_seq.tolist()
+        kv_tokens = self.kv_tokens_per_replica.tolist()
+        max_rps = self.max_rps_per_replica.tolist()
+        kv_usage = [0.0] * len(lam)
+        busy_fast = [0] * len(lam)
+        pending = self._pending_admit
+        extra_acc = self._extra_acc
+        factor_acc = self._factor_acc
+        tpot_hist = self.tpot_hist
+        tpot_sum = self.tpot_sum
+        ok = self.ok
+        errors = self.errors
+        requests = self.requests
+        kv_usage_sum = self.kv_usage_sum
+        util_sum = self.util_sum
+        ready_sum = self.ready_sum
+        for p in pools:
+            admitted[p] -= timed_out[p]
+            d = busy[p] + admitted[p] - busy_end[p]
+            if d < 0:
+                busy_end[p] = busy[p] + admitted[p]
+            done = d if d > 0 else 0
+            pending[p, 0] += admitted[p] - (n_wait[p] - timed_out[p])  # admitted, no wait
+            extra_acc[p] += admitted[p] * extra[p]
+            # prefix-cache warmth over the interval, and the TTFT factor of the admitted
+            w = warm[p] + (lam[p] - warm[p]) * gain[p]
+            warm[p] = w
+            x = lam[p]
+            cold = 1.0 - w / (x if x >= 1e-12 else 1e-12)
+            cold = 0.0 if cold < 0.0 else (1.0 if cold > 1.0 else cold)
+            share = batch[p] / per_replica[p]
+            f = (1.0 + interference[p] * (share if share <= 1.0 else 1.0)) * (
+                1.0 + cold_penalty[p] * cold
+            )
+            factor_acc[p] += admitted[p] * f
+            # completions and counters
+            tpot_hist[p, bisect.bisect_left(TPOT_EDGES, tpot[p] / slow_mix[p])] += done
+            tpot_sum[p] += done * tpot[p]
+            ok[p] += done
+            errors[p] += timed_out[p]
+            requests[p] += arrivals[p]
+            # the drawn busy seats' lattice phases
+            if busy_end[p]:
+                share = 0.5
+                if live[p]:
+                    p_slow, p_fast = _lattice_rates(service[p] / dt)
+                    share = (1.0 / p_fast) / (1.0 / p_fast + 1.0 / p_slow)
+                busy_fast[p] = int(rng.binomial(busy_end[p], share))
+            # gauges and run means over the interval
+            room = ready[p] * kv_tokens[p]
+            kv_of = per_tok[p] / (room if room >= 1.0 else 1.0)
+            u = busy_end[p] * kv_of
+            kv_usage[p] = u if u <= 1.0 else 1.0
+            u = offered[p] * kv_of
+            kv_usage_sum[p] += (u if u <= 1.0 else 1.0) * k
+            cap = ready[p] * max_rps[p]
+            u = lam[p] / (cap if cap >= 1e-12 else 1e-12)
+            util_sum[p] += (u if u <= 1.0 else 1.0) * k
+            ready_sum[p] += ready[p] * k
+        self.lam_warm[:] = warm
+        # the drawn state: busy seats and the queue, all just arrived
+        self.busy = np.array(busy_end, dtype=np.int64)
+        self.busy_fast = np.array(busy_fast, dtype=np.int64)
+        self._busy_seen = self.busy.copy()
+        self.queue[:] = 0
+        self.queue[:, 0] = q_end
+        self.kv_usage = np.array(kv_usage)
+        self.samples += k
+        self.lam = np.array(lam)
+        self.tpot_now = np.array(tpot)
+        self.service_now = np.array(service)
+        self.t = round(t0 + span, 9)
+        self.step_no += k
+        return k
+
+
+TPOT_EDGES: list[float] = TPOT_EXPORT.tolist()
+
+
+def _lattice_rates(mean_slots: float) -> tuple[float, float]:
+    """(p_slow, p_fast) of :func:`firedrill.twin.serving.lattice_service` for one service."""
+    m = mean_slots if mean_slots >= 1.0 else 1.0
+    if m >= LATTICE_H2_MIN_SLOTS:
+        spread = math.sqrt(m / 2.0)
+        fast = m - spread
+        return 1.0 / (m + spread), 1.0 / (fast if fast >= 1.0 else 1.0)
+    geo = 1.0 / m
+    return geo, geo
 
 
 def erlang_c(servers: int, offered: float) -> float:

@@ -28,6 +28,7 @@ than request by request, which is what makes 10,000 nodes for 24 hours affordabl
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -164,6 +165,36 @@ class TtftBinner:
         self.shape = shape
         self.dt_s = dt_s
         self.edges = fine_edges()
+        self._edges_list: list[float] = self.edges.tolist()
+        self._prefill_key: tuple[bytes, ...] = ()
+        self._long_prefill: F64 = np.zeros(0)
+        self._mean_prefill: F64 = np.zeros(0)
+
+    def _prefills(self) -> tuple[F64, F64]:
+        """Per pool: the prefill of a prompt 4.5 sigma long, and the mean prefill.
+
+        Computed again only when the shape's arrays change (a request-shape change writes
+        them in place).
+        """
+        sh = self.shape
+        key = tuple(
+            a.tobytes()
+            for a in (
+                sh.prefill_a,
+                sh.prefill_b,
+                sh.prefill_c,
+                sh.prompt_mu,
+                sh.prompt_sigma,
+                sh.prompt_mean,
+                sh.prompt_sq_mean,
+            )
+        )
+        if key != self._prefill_key:
+            long_len = np.exp(sh.prompt_mu + 4.5 * sh.prompt_sigma)
+            self._long_prefill = sh.prefill_a + sh.prefill_b * long_len + sh.prefill_c * long_len**2
+            self._mean_prefill = mean_prefill_s(sh)
+            self._prefill_key = key
+        return self._long_prefill, self._mean_prefill
 
     def bin(
         self,
@@ -186,30 +217,66 @@ class TtftBinner:
         if rows_p.size == 0:
             return counts, sums
         n = admitted[rows_p, rows_k]
-        wait = np.maximum(rows_k * self.dt_s + extra_s[rows_p], 0.0)
         sh = self.shape
-        f = factor[rows_p]
-        shortest = wait + sh.prefill_a[rows_p] * f
-        long_len = np.exp(sh.prompt_mu[rows_p] + 4.5 * sh.prompt_sigma[rows_p])
-        longest = wait + f * (
-            sh.prefill_a[rows_p]
-            + sh.prefill_b[rows_p] * long_len
-            + sh.prefill_c[rows_p] * long_len**2
-        )
-        lo = max(int(np.searchsorted(self.edges, shortest.min(), side="left")) - 1, 0)
-        hi = min(int(np.searchsorted(self.edges, longest.max(), side="right")) + 1, self.edges.size)
-        edges = self.edges[lo:hi]
-        budget = edges[None, :] - wait[:, None]
-        cdf = prefill_cdf(rows_p, sh, budget, f)
+        long_prefill, mean_prefill = self._prefills()
+        one = int(rows_p[0]) if rows_p[0] == rows_p[-1] else -1  # rows in one pool only
+        if one >= 0:  # its constants broadcast as Python floats: the same values, fewer calls
+            f1 = float(factor[one])
+            wait = np.maximum(rows_k * self.dt_s + float(extra_s[one]), 0.0)
+            shortest = float(wait.min()) + float(sh.prefill_a[one]) * f1
+            longest = float(wait.max()) + f1 * float(long_prefill[one])
+        else:
+            f = factor[rows_p]
+            wait = np.maximum(rows_k * self.dt_s + extra_s[rows_p], 0.0)
+            shortest = float((wait + sh.prefill_a[rows_p] * f).min())
+            longest = float((wait + f * long_prefill[rows_p]).max())
+        lo = max(bisect.bisect_left(self._edges_list, shortest) - 1, 0)
+        hi = min(bisect.bisect_right(self._edges_list, longest) + 1, self.edges.size)
+        budget = self.edges[lo:hi][None, :] - wait[:, None]
+        if one >= 0:
+            cdf = _prefill_cdf_one(sh, one, budget, f1)
+        else:
+            cdf = prefill_cdf(rows_p, sh, budget, f)
         cdf[:, -1] = 1.0
-        zeros = np.zeros((cdf.shape[0], 1))
-        pvals = np.clip(np.diff(np.concatenate([zeros, cdf], axis=1), axis=1), 0.0, 1.0)
+        # the cdf's steps (from 0), clipped to [0, 1] and normalised per row
+        pvals = np.empty_like(cdf)
+        pvals[:, 0] = cdf[:, 0]
+        np.subtract(cdf[:, 1:], cdf[:, :-1], out=pvals[:, 1:])
+        np.clip(pvals, 0.0, 1.0, out=pvals)
         pvals /= pvals.sum(axis=1, keepdims=True)
         sampled = rng.multinomial(n, pvals)
+        if one >= 0:
+            counts[one, lo:hi] = sampled.sum(axis=0)
+            total = 0.0  # in row order, as np.add.at adds
+            for x in (n * (wait + float(mean_prefill[one]) * f1)).tolist():
+                total += x
+            sums[one] = total
+            return counts, sums
         np.add.at(counts, (rows_p[:, None], np.arange(lo, hi)[None, :]), sampled)
-        mean_ttft = wait + mean_prefill_s(sh)[rows_p] * f
+        mean_ttft = wait + mean_prefill[rows_p] * f
         np.add.at(sums, rows_p, n * mean_ttft)
         return counts, sums
+
+
+def _prefill_cdf_one(shape: PoolShape, pool: int, budget_s: F64, factor: float) -> F64:
+    """:func:`prefill_cdf` for rows of one pool: its constants as Python floats.
+
+    The same operations in the same order, element by element, so the same values.
+    """
+    a = float(shape.prefill_a[pool])
+    b = float(shape.prefill_b[pool])
+    c = float(shape.prefill_c[pool])
+    x = budget_s / factor - a  # seconds left for the length-dependent part
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if c > 0:
+            length = (-b + np.sqrt(np.maximum(b * b + 4.0 * c * x, 0.0))) / (2.0 * max(c, 1e-30))
+        else:
+            length = x / max(b, 1e-30)
+        z = (np.log(np.maximum(length, 1e-12)) - float(shape.prompt_mu[pool])) / max(
+            float(shape.prompt_sigma[pool]), 1e-9
+        )
+    out: F64 = np.where(x > 0, ndtr(z), 0.0)
+    return out
 
 
 def erlang_c_wait_s(servers: int, arrival_rps: float, service_s: float) -> float:
