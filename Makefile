@@ -91,10 +91,13 @@ bench-board: $(STAMP)
 
 ## bench-step: the twin step's fixed cost, the code at BASELINE and this tree side by side on the
 ## same seeds (one L5 drill, a small cell against SimPy, a 20-run sweep), after proving every
-## example's output byte for byte unchanged
+## example's output byte for byte unchanged; then the ensemble against lone twins, and a sweep
+## one run at a time against ensembles of 32
 BASELINE ?= main
 bench-step: $(STAMP)
 	$(BIN)/python benchmarks/same_outputs.py check --baseline $(BASELINE)
 	$(BIN)/python benchmarks/drill_bench.py --baseline $(BASELINE) --rounds 3 --repeats 3
 	$(BIN)/python benchmarks/cell_vs_simpy.py --baseline $(BASELINE) --hours 24 --repeats 1
 	$(BIN)/python benchmarks/drill_runs_bench.py --baseline $(BASELINE) --runs 20
+	$(BIN)/python benchmarks/ensemble_bench.py --members 1,4,16,32 --steps 600
+	$(BIN)/python benchmarks/drill_runs_bench.py --runs 32 --executor serial --workers 1 --batch 1,32

@@ -310,3 +310,33 @@ def test_quiescent_members_advance_alone_with_the_same_results() -> None:
         lone = Twin(spec, seed)
         lone.run_for(600.0)
         _assert_same(ens.twins[k], lone, f"quiescent member {k}")
+
+
+def test_a_failing_drill_stops_the_others_and_each_reverts_its_injections() -> None:
+    """Member 1's world fails 10 minutes in (after the blackhole): member 0's ``advance`` raises
+    ``EnsembleStopped``, its drill reverts what it injected, and member 1's error is raised."""
+    loaded = load_drill(L5)
+    job = DrillJob(loaded.spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256)
+    ens = TwinEnsemble([(loaded.fleet, 1), (loaded.fleet, 2)], 1.05)
+    broken = ens.worlds[1]
+    advance = broken.advance
+    cut_when_failing: list[bool] = []
+
+    def fail_late(seconds: float) -> None:
+        if broken.now_s() >= 600.0:
+            cut_when_failing.append(bool(ens.twins[0].partitions and ens.twins[1].partitions))
+            raise RuntimeError("the world went away")
+        advance(seconds)
+
+    broken.advance = fail_late  # type: ignore[method-assign]
+
+    def run(world: DrillWorld) -> str:
+        r = run_drill(job.spec, job.fleet, job.slo, job.policy, seed=1, world=world)
+        return str(r.verdict)
+
+    with pytest.raises(RuntimeError, match="the world went away"):
+        ens.run([run, run])
+    assert cut_when_failing == [True]  # both regions were blackholed when it failed
+    for twin in ens.twins:
+        assert twin.t >= 600.0
+        assert not twin.partitions  # the blackhole was reverted in both runs
