@@ -36,42 +36,45 @@ from firedrill.twin.ensemble import TwinEnsemble  # noqa: E402
 STATE = ("queue", "busy", "ok", "errors", "requests", "tpot_hist", "kv_usage_sum", "lam_warm")
 
 
+def _timed(steps: int, begin: Any, serve: Any, end: Any) -> dict[str, float]:
+    """CPU seconds of each phase over ``steps`` calls of begin, serve, end."""
+    cpu = {"begin": 0.0, "serve": 0.0, "end": 0.0}
+    for _ in range(steps):
+        c0 = time.process_time()
+        begin()
+        c1 = time.process_time()
+        serve()
+        c2 = time.process_time()
+        end()
+        c3 = time.process_time()
+        cpu["begin"] += c1 - c0
+        cpu["serve"] += c2 - c1
+        cpu["end"] += c3 - c2
+    return cpu
+
+
 def _lone(fleet: Any, seeds: list[int], steps: int) -> tuple[dict[str, float], list[Twin]]:
     twins = [Twin(fleet, s, hours_hint=steps / 3600.0 + 0.05) for s in seeds]
     cpu = {"begin": 0.0, "serve": 0.0, "end": 0.0}
-    for t in twins:
-        for _ in range(steps):
-            c0 = time.process_time()
-            t.step_begin()
-            c1 = time.process_time()
-            t._serve()
-            c2 = time.process_time()
-            t.step_end()
-            c3 = time.process_time()
-            cpu["begin"] += c1 - c0
-            cpu["serve"] += c2 - c1
-            cpu["end"] += c3 - c2
+    for t in twins:  # one lone twin after the other
+        for phase, v in _timed(steps, t.step_begin, t._serve, t.step_end).items():
+            cpu[phase] += v
     return cpu, twins
 
 
 def _together(fleet: Any, seeds: list[int], steps: int) -> tuple[dict[str, float], list[Twin]]:
     ens = TwinEnsemble([(fleet, s) for s in seeds], steps / 3600.0 + 0.05)
-    cpu = {"begin": 0.0, "serve": 0.0, "end": 0.0}
     twins = ens.twins
-    for _ in range(steps):
-        c0 = time.process_time()
+
+    def begin() -> None:
         for t in twins:
             t.step_begin()
-        c1 = time.process_time()
-        ens.serve.serve(twins)
-        c2 = time.process_time()
+
+    def end() -> None:
         for t in twins:
             t.step_end()
-        c3 = time.process_time()
-        cpu["begin"] += c1 - c0
-        cpu["serve"] += c2 - c1
-        cpu["end"] += c3 - c2
-    return cpu, twins
+
+    return _timed(steps, begin, lambda: ens.serve.serve(twins), end), twins
 
 
 def _same(a: list[Twin], b: list[Twin]) -> bool:
