@@ -388,6 +388,18 @@ def test_the_default_batch_gives_every_worker_an_ensemble_of_at_most_32_runs() -
     assert default_batch(64, 1) == 32
 
 
+def test_the_default_batch_keeps_the_ensembles_in_half_the_memory() -> None:
+    from firedrill.cli.many import default_batch, member_mb
+
+    demo_hour = member_mb(596, 1.0)  # about 12 MB: 32 fit anywhere
+    assert 10.0 < demo_hour < 15.0
+    assert default_batch(1000, 2, member=demo_hour, memory_mb=24_000) == 32
+    day_10k = member_mb(10_000, 24.0)  # a generous 1.7 GB
+    assert default_batch(1000, 2, member=day_10k, memory_mb=24_000) == 3  # 6 GB per worker
+    assert default_batch(1000, 16, member=day_10k, memory_mb=24_000) == 1  # never below 1
+    assert default_batch(4, 2, member=day_10k, memory_mb=None) == 2  # memory unknown
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -336,8 +336,9 @@ def run(
         int | None,
         typer.Option(
             min=1,
-            help="--runs: runs per ensemble (default min(32, ceil(N / workers)); 1: one at a "
-            "time). The summary is the same whatever it is.",
+            help="--runs: runs per ensemble (default min(32, ceil(N / workers)), fewer when the "
+            "ensembles would not fit in half the memory; 1: one at a time). The summary is the "
+            "same whatever it is.",
         ),
     ] = None,
     min_pass_rate: Annotated[

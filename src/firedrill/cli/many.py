@@ -3,7 +3,8 @@
 Thin entry point over `firedrill.drill.many`: builds the executor (local processes by default,
 or Ray: a local cluster, or the one at ``--ray-address``), cuts the runs into ensembles of
 ``--batch R`` runs (default `default_batch`: at least one ensemble per worker, at most 32 runs
-each; the summary is the same whatever R), shows a progress bar counting finished runs, writes
+each, and no more than half this machine's memory over all workers' ensembles; the summary is
+the same whatever R), shows a progress bar counting finished runs, writes
 the summary as JSON, Markdown and HTML (``drill.report.render_many_*``), prints the pass rate,
 the RTO terms' p50/p95/p99 against the plan and the runs that did not pass with the command that
 reruns each alone, and exits 0 when the pass rate reaches ``--min-pass-rate`` (default: every
@@ -15,6 +16,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,10 +45,37 @@ SHOWN_NOT_PASSED = 10  # runs that did not pass, listed on the terminal (all are
 MAX_DEFAULT_BATCH = 32  # runs per ensemble when --batch is not given
 
 
-def default_batch(runs: int, workers: int) -> int:
+MEMORY_SHARE = 0.5  # of this machine's memory, for all workers' ensembles together
+
+
+def member_mb(nodes: int, hours: float) -> float:
+    """A generous estimate of one ensemble member's peak memory (MB): its twin, recorded series
+    and the run's control plane. Measured: the demo fleet (596 nodes) 12 MB for a 1-hour drill,
+    the twin alone 7 MB per hour-long run and 27 MB over 6 h; the 10K fleet 75 MB over 1 h and
+    679 MB over 24 h; so about 7 KB per node and hour (an overestimate for long runs) and 8 MB."""
+    return 8.0 + 0.007 * nodes * max(hours, 0.0)
+
+
+def default_batch(
+    runs: int, workers: int, *, member: float | None = None, memory_mb: float | None = None
+) -> int:
     """Runs per ensemble without ``--batch``: ``min(32, ceil(runs / workers))``, so that every
-    worker gets at least one ensemble."""
-    return max(1, min(MAX_DEFAULT_BATCH, math.ceil(runs / max(1, workers))))
+    worker gets at least one ensemble; with ``member`` (MB per member, `member_mb`) and the
+    machine's ``memory_mb``, also no more than ``MEMORY_SHARE`` of the memory over all
+    workers' ensembles (at least 1)."""
+    batch = max(1, min(MAX_DEFAULT_BATCH, math.ceil(runs / max(1, workers))))
+    if member is not None and memory_mb is not None and member > 0:
+        fits = int(memory_mb * MEMORY_SHARE / max(1, workers) / member)
+        batch = max(1, min(batch, fits))
+    return batch
+
+
+def machine_memory_mb() -> float | None:
+    """This machine's physical memory in MB, where the system says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class ExecutorKind(enum.StrEnum):
@@ -200,7 +229,13 @@ def run_sweep(
     if batch is not None and batch < 1:
         raise typer.BadParameter(f"at least 1 run per ensemble (got {batch})", param_hint="--batch")
     ex = make_executor(executor, workers, ray_address)
-    batch = batch or default_batch(runs, workers or usable_cpus())
+    if batch is None:
+        nodes = sum(p.nodes for r in loaded.fleet.regions for c in r.cells for p in c.node_pools)
+        hours = (spec.duration_cap_s or 0.0) / 3600.0
+        batch = default_batch(
+            runs, workers or usable_cpus(), member=member_mb(nodes, hours),
+            memory_mb=machine_memory_mb(),
+        )  # fmt: skip
     job = DrillJob(
         spec, loaded.fleet, loaded.slo, loaded.policy, loaded.spec_sha256, make_world=EMBEDDED,
         make_ensemble=EMBEDDED_ENSEMBLE, batch=batch,
