@@ -169,6 +169,27 @@ def test_members_with_mirrored_traffic_are_lone_twins() -> None:
     _lockstep(spec, [1, 2], 80, steps)
 
 
+def test_a_member_whose_request_shape_changed_serves_alone_and_stays_equal() -> None:
+    """A request-shape change is written into the member's shape in place: from then on its
+    constants are not the first member's, and it serves alone (the others still together)."""
+    change = ops.SetRequestShape("llm-8b", 4000.0, 600.0)
+
+    def member_1_at_20(k: int, i: int) -> ops.Operation | None:
+        return change if (k, i) == (1, 20) else None
+
+    _lockstep(DEMO, [1, 2, 3], 60, per_member=member_1_at_20)
+    ens = TwinEnsemble([(DEMO, 1), (DEMO, 2)], 1.0)
+    ens.twins[0].apply(change)
+    alone = [Twin(DEMO, 1), Twin(DEMO, 2)]
+    alone[0].apply(change)
+    for _ in range(30):
+        ens._step(ens.twins)
+        for t in alone:
+            t.step()
+    for a, b in zip(ens.twins, alone, strict=True):
+        _assert_same(a, b, "the first member's shape changed")
+
+
 def test_members_that_differ_are_served_alone_and_still_equal() -> None:
     """A disaggregated fleet's members serve alone (another step's shape); mixed fleets too."""
     a, b = Twin(PD, 1), Twin(PD, 2)

@@ -113,6 +113,7 @@ class DisaggTwin(Protocol):
 
     prefill_mean: F64
     kv_tokens_per_seq: F64
+    shape_changes: int  # request-shape changes written in place (an ensemble reads it)
 
     def update_seats(self) -> None: ...
     def lookup_model(self, name: str) -> int: ...
@@ -154,6 +155,7 @@ def set_request_shape(
     sh.output_mean[pools] = output_mean
     twin.prefill_mean = mean_prefill_s(sh)
     twin.kv_tokens_per_seq = sh.prompt_mean + sh.output_mean / 2.0
+    twin.shape_changes += 1
     twin.update_seats()
 
 

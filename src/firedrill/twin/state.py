@@ -259,6 +259,7 @@ class TwinState:
         self.error_fraction = np.zeros(p)
         self.error_fail_fast = np.ones(p, dtype=bool)  # a 5xx answers at once, seat free
         self.prefill_mean = mean_prefill_s(self.shape)
+        self.shape_changes = 0  # request-shape changes, written into ``shape`` in place (disagg)
         self.kv_tokens_per_seq = self.shape.prompt_mean + self.shape.output_mean / 2.0
         self.warm_gain = np.minimum(self.dt / self.cold_decay, 1.0)
         nr = len(self.region_names)

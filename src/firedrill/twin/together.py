@@ -15,14 +15,16 @@ it, bit for bit:
   queue with older cohorts, the number of queue sub-steps), the member's draws are taken or not
   as its branch says; the arithmetic of a branch not taken is done anyway where it changes
   nothing (a keep factor of exactly 1.0, a count of 0, a correction forced to 0.0);
-- the counters the single step adds to in place are added to in place, member by member, so
-  every other part of the twin keeps holding the same arrays;
+- the members' serving state lives in ``[R, ...]`` arrays whose rows are the members' own
+  arrays (``_Pack``): what the single step changes in place is changed in place in the stack,
+  for every member at once, and every other part of a twin keeps holding its arrays;
 - what only a member can answer (its demand, its routing share, its partitions' losses, its
   mirrored warmth, its OOM crashes) is asked of the member.
 
 A member served disaggregated (prefill and decode pools) serves alone: its serving step is
-another shape. ``tests/twin/test_ensemble.py`` compares every member's serving state with a
-lone twin's after every step, over seeds and fleets.
+another shape; so does a member whose request shape was changed (its per-pool constants are no
+longer the first member's). ``tests/twin/test_ensemble.py`` compares every member's serving
+state with a lone twin's after every step, over seeds and fleets.
 """
 
 from __future__ import annotations
@@ -131,9 +133,11 @@ class ServeTogether:
         self.packs = 0  # stacked states built (one, and one more each time members drop out)
 
     def serve(self, twins: Sequence[Twin]) -> None:
-        batch = [t for t in twins if id(t) in self.together]
+        # a member whose request shape changed (written into its shape in place) has other
+        # constants than the first member's: it serves alone from then on
+        batch = [t for t in twins if id(t) in self.together and not t.shape_changes]
         for t in twins:
-            if id(t) not in self.together:
+            if id(t) not in self.together or t.shape_changes:
                 t._serve()
         if len(batch) == 1:
             batch[0]._serve()
