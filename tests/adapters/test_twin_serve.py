@@ -218,15 +218,12 @@ def prometheus_binary() -> str:
     return found
 
 
-class Prometheus:
-    """One Prometheus server scraping ``target`` every second, storage in a temporary directory."""
+class PrometheusServer:
+    """One Prometheus process on a free loopback port, run with ``config`` (written into
+    ``workdir``) on the storage in ``data``, with any further ``flags``."""
 
-    def __init__(self, target: str, workdir: Path) -> None:
+    def __init__(self, config: dict[str, Any], workdir: Path, data: Path, *flags: str) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
-        }
         config_path = workdir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log_path = workdir / "prometheus.log"
@@ -236,7 +233,8 @@ class Prometheus:
                 [
                     prometheus_binary(),
                     f"--config.file={config_path}",
-                    f"--storage.tsdb.path={workdir / 'data'}",
+                    f"--storage.tsdb.path={data}",
+                    *flags,
                     f"--web.listen-address={self.url.removeprefix('http://')}",
                 ],
                 stdout=log,
@@ -272,6 +270,17 @@ class Prometheus:
 
     def stop(self) -> int:
         return stop_process(self._process)
+
+
+class Prometheus(PrometheusServer):
+    """One Prometheus server scraping ``target`` every second, storage in a temporary directory."""
+
+    def __init__(self, target: str, workdir: Path) -> None:
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
+        }
+        super().__init__(config, workdir, workdir / "data")
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ from firedrill.model.spec import FleetSpec
 from firedrill.specfile import load_drill, load_fleet
 from firedrill.twin.exposition import to_openmetrics
 from firedrill.twin.run import run_twin
-from tests.adapters.test_twin_serve import free_port, get, prometheus_binary, stop_process, wait_for
+from tests.adapters.test_twin_serve import PrometheusServer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # FIREDRILL_CALIBRATE_SEED draws another fleet (to explore; the suite runs the default)
@@ -137,7 +137,7 @@ def true_fleet(rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, floa
     return doc, truth
 
 
-class BackfilledPrometheus:
+class BackfilledPrometheus(PrometheusServer):
     """A real Prometheus serving TSDB blocks that promtool built from an OpenMetrics file."""
 
     def __init__(self, openmetrics: Path, workdir: Path) -> None:
@@ -149,38 +149,8 @@ class BackfilledPrometheus:
             capture_output=True,
             timeout=120,
         )
-        config = workdir / "prometheus.yml"
-        config.write_text(yaml.safe_dump({"global": {"scrape_interval": "15s"}}))
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log_path = workdir / "prometheus.log"
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                [
-                    prometheus_binary(),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={data}",
-                    "--storage.tsdb.retention.time=100000d",
-                    f"--web.listen-address={self.url.removeprefix('http://')}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            wait_for("Prometheus to become ready", self._ready)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _ready(self) -> bool:
-        if self._process.poll() is not None:
-            raise AssertionError(f"Prometheus exited early:\n{self.log_path.read_text()}")
-        try:
-            return get(f"{self.url}/-/ready")[0] == 200
-        except OSError:
-            return False
-
-    def stop(self) -> int:
-        return stop_process(self._process)
+        config = {"global": {"scrape_interval": "15s"}}
+        super().__init__(config, workdir, data, "--storage.tsdb.retention.time=100000d")
 
 
 @dataclass(frozen=True)
