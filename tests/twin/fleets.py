@@ -94,11 +94,10 @@ def fleet(
     )
 
 
-def erlang_spec(service_s: float, seats: int, replicas: int, cells: int) -> FleetSpec:
-    """Cells of identical replicas with a flat decode curve (so services are ``service_s``), at
-    50%, 70% and 90% utilisation in regions ``r50``, ``r70`` and ``r90``: the Erlang C oracle's
-    fleet."""
-    lat = LatencySpec(
+def flat_latency(service_s: float) -> LatencySpec:
+    """A decode curve flat in the batch and no prefill to speak of: with 250 output tokens
+    (``TokensSpec(output_mean=250.0)``) every service lasts ``service_s``."""
+    return LatencySpec(
         prefill_a_s=0.0,
         prefill_b_s_per_token=1e-9,
         prefill_c_s_per_token2=0.0,
@@ -108,6 +107,13 @@ def erlang_spec(service_s: float, seats: int, replicas: int, cells: int) -> Flee
         prefill_interference=0.0,
         cold_cache_penalty=0.0,
     )
+
+
+def erlang_spec(service_s: float, seats: int, replicas: int, cells: int) -> FleetSpec:
+    """Cells of identical replicas with a flat decode curve (so services are ``service_s``), at
+    50%, 70% and 90% utilisation in regions ``r50``, ``r70`` and ``r90``: the Erlang C oracle's
+    fleet."""
+    lat = flat_latency(service_s)
     c = seats * replicas
     regions = {
         f"r{int(rho * 100)}": (cells, replicas, replicas, rho * c / service_s * cells)

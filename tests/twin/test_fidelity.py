@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from firedrill.model import operations as ops
-from firedrill.model.spec import FaultsSpec, LatencySpec, RegistrySpec, TokensSpec
+from firedrill.model.spec import FaultsSpec, RegistrySpec, TokensSpec
 from firedrill.twin.engine import LOADING, PULLING, READY, Twin
 from firedrill.twin.faults import FaultProcess
 from firedrill.twin.serving import decode_step_s, erlang_c_wait_s, quantile_from_hist
-from tests.twin.fleets import erlang_spec, fleet, model
+from tests.twin.fleets import erlang_spec, flat_latency, fleet, model
 
 SERVICE_S = 20.0  # 250 output tokens x 80 ms, prefill ~0
 SEATS_PER_REPLICA = 2
@@ -258,16 +258,7 @@ def test_origin_rejections_per_client_are_bounded_by_the_back_off() -> None:
 
 def _errors_twin(*, fail_fast: bool) -> tuple[Twin, float, float]:
     """A cell at 90% load; half its requests fail from t = 600 s. Returns mean busy, error ratio."""
-    lat = LatencySpec(
-        prefill_a_s=0.0,
-        prefill_b_s_per_token=1e-9,
-        prefill_c_s_per_token2=0.0,
-        decode_a_s=SERVICE_S / 250.0,
-        decode_b_s_per_token=0.0,
-        decode_c_s_per_seq=0.0,
-        prefill_interference=0.0,
-        cold_cache_penalty=0.0,
-    )
+    lat = flat_latency(SERVICE_S)
     c = SEATS_PER_REPLICA * REPLICAS
     m = model(latency=lat, max_num_seqs=SEATS_PER_REPLICA, queue_timeout_s=300.0)
     rps = 0.9 * c / SERVICE_S * 10
