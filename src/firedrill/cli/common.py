@@ -8,13 +8,35 @@ it), and one default store URL so that ``respond --db``, ``incident``, ``gameday
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from firedrill.settings import DEFAULT_DB_URL
 
-__all__ = ["DEFAULT_DB_URL", "ExitCode", "console", "err", "group"]
+__all__ = [
+    "DEFAULT_DB_URL",
+    "ExitCode",
+    "PrometheusOption",
+    "SpeedOption",
+    "console",
+    "err",
+    "group",
+]
+
+# a live run's options, the same for a drill (gameday run) and a scenario (respond)
+PrometheusOption = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus",
+        help="Live: read every signal from this Prometheus (URL) scraping --target.",
+    ),
+]
+SpeedOption = Annotated[
+    float | None,
+    typer.Option(min=0.1, max=10_000, help="Live: the --target's speed (`twin serve --speed`; 1)."),
+]
 
 
 class ExitCode(enum.IntEnum):

@@ -28,7 +28,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from firedrill.cli.common import ExitCode, console, err
+from firedrill.cli.common import ExitCode, PrometheusOption, SpeedOption, console, err
 from firedrill.cli.many import ExecutorKind, as_json, write_outputs
 from firedrill.errors import FiredrillError, SpecError
 from firedrill.model.jsontypes import JsonObject
@@ -299,19 +299,8 @@ def run(
     token_file: Annotated[
         Path, typer.Option("--token-file", help="The remote twin's control token.")
     ] = Path(".firedrill/twin-token"),
-    prometheus: Annotated[
-        str | None,
-        typer.Option(
-            "--prometheus",
-            help="Live: read every signal from this Prometheus (URL) scraping --target.",
-        ),
-    ] = None,
-    speed: Annotated[
-        float | None,
-        typer.Option(
-            min=0.1, max=10_000, help="Live: the --target's speed (`twin serve --speed`; 1)."
-        ),
-    ] = None,
+    prometheus: PrometheusOption = None,
+    speed: SpeedOption = None,
     journal_dir: Annotated[
         Path | None,
         typer.Option("--journal-dir", help="Drill journals (default .firedrill/journal)."),

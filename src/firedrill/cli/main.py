@@ -25,7 +25,14 @@ from rich.table import Table
 from firedrill import __version__
 from firedrill.cli import calibrate as calibrate_cli
 from firedrill.cli import controller, export_drill, gameday, incident, security, serve
-from firedrill.cli.common import DEFAULT_DB_URL, ExitCode, console, err
+from firedrill.cli.common import (
+    DEFAULT_DB_URL,
+    ExitCode,
+    PrometheusOption,
+    SpeedOption,
+    console,
+    err,
+)
 from firedrill.errors import FiredrillError, SpecError
 from firedrill.model.series import Series
 from firedrill.model.spec import FleetSpec
@@ -737,19 +744,8 @@ def respond(
     token_file: Annotated[
         Path, typer.Option("--token-file", help="The served twin's control token.")
     ] = Path(".firedrill/twin-token"),
-    prometheus: Annotated[
-        str | None,
-        typer.Option(
-            "--prometheus",
-            help="Live: read every signal from this Prometheus (URL) scraping --target.",
-        ),
-    ] = None,
-    speed: Annotated[
-        float | None,
-        typer.Option(
-            min=0.1, max=10_000, help="Live: the --target's speed (`twin serve --speed`; 1)."
-        ),
-    ] = None,
+    prometheus: PrometheusOption = None,
+    speed: SpeedOption = None,
 ) -> None:
     """Run a scenario on the twin with detection and remediation; exit 1 if expectations fail.
 
