@@ -16,19 +16,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from firedrill.drill.many import DrillJob, RunOutcome, Task, run_one
-from firedrill.drill.run import SteadyStateError, run_drill, world_args
+from firedrill.drill.run import world_args
 from firedrill.ports import DrillWorld
-
-
-def _run_on(job: DrillJob, index: int, seed: int, world: DrillWorld) -> RunOutcome:
-    try:
-        result = run_drill(
-            job.spec, job.fleet, job.slo, job.policy, seed=seed, jitter=job.jitter(seed),
-            spec_sha256=job.spec_sha256, world=world,
-        )  # fmt: skip
-    except SteadyStateError as exc:
-        return RunOutcome(index, seed, "refused", str(exc), None)
-    return RunOutcome.from_report(index, seed, result.report)
 
 
 def run_batch(job: DrillJob, tasks: Sequence[Task]) -> list[RunOutcome]:
@@ -41,6 +30,6 @@ def run_batch(job: DrillJob, tasks: Sequence[Task]) -> list[RunOutcome]:
     hours = max(h for _, _, h in args)
     ensemble = job.make_ensemble([(fleet, twin_seed) for fleet, twin_seed, _ in args], hours)
     bodies: list[Callable[[DrillWorld], RunOutcome]] = [
-        partial(_run_on, job, index, seed) for index, seed in tasks
+        partial(run_one, job, index, seed) for index, seed in tasks
     ]
     return ensemble.run(bodies)

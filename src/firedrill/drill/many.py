@@ -55,7 +55,7 @@ from firedrill.drill.run import Jitter, SteadyStateError, run_drill
 from firedrill.drill.spec import DrillSpec
 from firedrill.errors import FiredrillError
 from firedrill.model.spec import FleetSpec
-from firedrill.ports import EnsembleFactory, WorldFactory
+from firedrill.ports import DrillWorld, EnsembleFactory, WorldFactory
 from firedrill.ports import Executor as ExecutorPort
 from firedrill.ports import Task as Task  # re-exported: the executors take these
 from firedrill.remediate.policy import PolicySpec
@@ -196,12 +196,13 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(x) or math.isinf(x) else x
 
 
-def run_one(job: DrillJob, index: int, seed: int) -> RunOutcome:
-    """Run the drill once with jitter on a fresh embedded twin; a refused start is an outcome."""
+def run_one(job: DrillJob, index: int, seed: int, world: DrillWorld | None = None) -> RunOutcome:
+    """Run the drill once with jitter on ``world`` (an ensemble's member), or on a fresh one from
+    the job's ``make_world``; a refused start is an outcome."""
     try:
         result = run_drill(
             job.spec, job.fleet, job.slo, job.policy, seed=seed, jitter=job.jitter(seed),
-            spec_sha256=job.spec_sha256, make_world=job.make_world,
+            spec_sha256=job.spec_sha256, world=world, make_world=job.make_world,
         )  # fmt: skip
     except SteadyStateError as exc:
         return RunOutcome(index, seed, "refused", str(exc), None)
